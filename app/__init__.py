@@ -1,0 +1,1 @@
+"""The context service: durable, compacted LLM conversation context for coding agents."""

@@ -1,0 +1,1 @@
+"""HTTP plumbing shared by the routers: error mapping, body limits, dependencies."""

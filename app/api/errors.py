@@ -1,0 +1,75 @@
+"""The one place where exceptions become HTTP answers, all in the shape of ErrorResponse."""
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from app.errors import AppError, ErrorResponse, error_payload
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+}
+
+# For the routers' `responses=`: each endpoint documents the error shape it can answer with.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in {
+        404: "Unknown task",
+        409: "The task's state does not allow this",
+        413: "Too large",
+        422: "Invalid input",
+    }.items()
+}
+
+
+def _app_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AppError)
+    if exc.status_code >= 500:
+        log.error("%s: %s", exc.code, exc.message)
+    return JSONResponse(error_payload(exc.code, exc.message, exc.details), exc.status_code)
+
+
+def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+    invalid_json = any(e["type"] == "json_invalid" for e in errors)
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    where = ".".join(str(part) for part in first["loc"])
+    return JSONResponse(
+        error_payload(
+            "invalid_json" if invalid_json else "validation_error",
+            f"{where}: {first['msg']}" if where else str(first["msg"]),
+            {"errors": errors},
+        ),
+        422,
+    )
+
+
+def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return JSONResponse(error_payload(code, str(exc.detail)), exc.status_code, headers=exc.headers)
+
+
+def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error", exc_info=exc)
+    return JSONResponse(error_payload("internal_error", "internal server error"), 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(AppError, _app_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

@@ -1,0 +1,77 @@
+"""Request body size limit, enforced before the application sees (or stores) anything.
+
+Starlette's own RequestBodyLimitMiddleware answers a declared oversized body in plain text,
+which would break the API's one error shape; this one answers in that shape.
+"""
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import error_payload
+
+
+class BodyLimitMiddleware:
+    """Answers 413 for bodies over ``max_bytes``, by Content-Length or as they stream in.
+
+    The body is buffered up to the limit (the JSON parser needs it whole anyway) and handed
+    to the application only when it fits.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._reject(send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                await self._reject(send)
+                return
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        chunks.clear()
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, send: Send) -> None:
+        body = orjson.dumps(
+            error_payload(
+                "body_too_large",
+                f"the request body exceeds {self.max_bytes} bytes",
+                {"limit": self.max_bytes},
+            )
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

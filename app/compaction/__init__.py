@@ -1,0 +1,1 @@
+"""Compaction: the budget policy (the engine itself arrives with the compaction issue)."""

@@ -1,0 +1,181 @@
+"""Message records and the context head, in pure code.
+
+A record is a line of ``messages.jsonl``: ``seq``, the message as posted (OpenAI shape plus the
+seeds' ``tool_name`` and any extras), ``timestamp`` and ``tokens``. The first record of a batch may
+carry ``batch_size`` (so recovery can tell a torn batch) and ``idempotency_key``/``request_hash``
+(so recovery can re-register a key whose commit was cut short).
+
+The current line of a record is the message in OpenAI's request shape, one line of
+``current.jsonl``; a payload is those lines joined.
+"""
+
+import copy
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.errors import Conflict, InvalidInput, TooLarge
+from app.storage.jsonl import dumps_line
+from app.tokens.accounting import message_tokens
+from app.tokens.counters import TextCounter
+
+ENVELOPE_FIELDS = ("seq", "timestamp", "tokens", "batch_size", "idempotency_key", "request_hash")
+
+
+@dataclass
+class HeadState:
+    """Mirror of a context_heads row: where the committed context ends."""
+
+    last_seq: int = 0
+    messages_bytes: int = 0
+    current_bytes: int = 0
+    current_messages: int = 0
+    context_tokens: int = 0
+    open_tool_calls: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class StatsDelta:
+    messages: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    usage_tokens: int = 0
+
+    def add(self, other: "StatsDelta") -> "StatsDelta":
+        return StatsDelta(
+            self.messages + other.messages,
+            self.llm_calls + other.llm_calls,
+            self.tool_calls + other.tool_calls,
+            self.usage_tokens + other.usage_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class IdempotentResult:
+    key: str
+    request_hash: str
+    response: dict[str, Any]
+
+
+def request_hash(messages: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def openai_message(record: dict[str, Any]) -> dict[str, Any]:
+    """The record as an OpenAI chat message: only fields the request schema allows."""
+    role = record["role"]
+    message: dict[str, Any] = {"role": role, "content": record.get("content")}
+    if role != "tool" and record.get("name"):
+        message["name"] = record["name"]
+    if role == "assistant" and record.get("tool_calls"):
+        message["tool_calls"] = record["tool_calls"]
+    if role == "tool":
+        message["tool_call_id"] = record["tool_call_id"]
+    return message
+
+
+def current_line(record: dict[str, Any]) -> bytes:
+    return dumps_line(openai_message(record))
+
+
+class ContextAccumulator:
+    """Advances a head record by record; validates new messages before admitting them."""
+
+    def __init__(self, head: HeadState) -> None:
+        self.head = copy.deepcopy(head)
+        self.stats = StatsDelta()
+
+    def admit(self, record: dict[str, Any], record_line: bytes) -> bytes:
+        """Account for a record already validated (or already on disk); return its current line."""
+        head = self.head
+        line = current_line(record)
+        head.last_seq = record["seq"]
+        head.messages_bytes += len(record_line)
+        head.current_bytes += len(line)
+        head.current_messages += 1
+        head.context_tokens += record["tokens"]
+        _advance_tool_calls(head.open_tool_calls, record)
+        self.stats.messages += 1
+        if record["role"] == "assistant":
+            self.stats.tool_calls += len(record.get("tool_calls") or ())
+            usage = record.get("usage")
+            if isinstance(usage, dict):
+                self.stats.llm_calls += 1
+                self.stats.usage_tokens += int(usage.get("prompt_tokens") or 0)
+                self.stats.usage_tokens += int(usage.get("completion_tokens") or 0)
+        return line
+
+    def prepare(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        counter: TextCounter,
+        timestamp: str,
+        max_message_bytes: int,
+        idempotency_key: str | None = None,
+    ) -> list[tuple[dict[str, Any], bytes]]:
+        """Turn a batch into records, all or nothing; raises before admitting any of them."""
+        open_calls = copy.deepcopy(self.head.open_tool_calls)
+        prepared = []
+        for index, fields in enumerate(messages):
+            record = {"seq": self.head.last_seq + index + 1, **fields}
+            _check_pairing(open_calls, record, index)
+            record["timestamp"] = timestamp
+            record["tokens"] = message_tokens(counter, openai_message(record))
+            if index == 0 and len(messages) > 1:
+                record["batch_size"] = len(messages)
+            if index == 0 and idempotency_key is not None:
+                record["idempotency_key"] = idempotency_key
+                record["request_hash"] = request_hash(messages)
+            line = dumps_line(record)
+            if len(line) > max_message_bytes:
+                raise TooLarge(
+                    f"message {index} is {len(line)} bytes; the limit is {max_message_bytes}",
+                    code="message_too_large",
+                    details={"index": index, "bytes": len(line), "limit": max_message_bytes},
+                )
+            _advance_tool_calls(open_calls, record)
+            prepared.append((record, line))
+        return prepared
+
+
+def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: int) -> None:
+    """Keep every payload valid: results answer open calls, nothing else interrupts them."""
+    if record["role"] == "tool":
+        call_id = record["tool_call_id"]
+        match = next((call for call in open_calls if call[0] == call_id), None)
+        if match is None:
+            raise InvalidInput(
+                f"message {index}: tool_call_id {call_id!r} answers no open assistant tool call",
+                code="unknown_tool_call",
+                details={"index": index, "tool_call_id": call_id, "open": _ids(open_calls)},
+            )
+        record.setdefault("tool_name", match[1])
+    elif open_calls:
+        raise Conflict(
+            f"message {index}: the assistant's tool calls {_ids(open_calls)} need their results "
+            "before any other message",
+            code="tool_results_pending",
+            details={"index": index, "open": _ids(open_calls)},
+        )
+
+
+def _advance_tool_calls(open_calls: list[list[str]], record: dict[str, Any]) -> None:
+    if record["role"] == "tool":
+        for i, call in enumerate(open_calls):
+            if call[0] == record.get("tool_call_id"):
+                del open_calls[i]
+                break
+    elif record["role"] == "assistant":
+        open_calls.extend([c["id"], c["function"]["name"]] for c in record.get("tool_calls") or ())
+
+
+def _ids(open_calls: list[list[str]]) -> list[str]:
+    return [call[0] for call in open_calls]
+
+
+def original_message(record: dict[str, Any]) -> dict[str, Any]:
+    """The message fields of a record, without the envelope the service added."""
+    return {k: v for k, v in record.items() if k not in ENVELOPE_FIELDS}

@@ -1,0 +1,346 @@
+"""The context store: every read and write of a task's files goes through here.
+
+Writes to one task are serialised by the task lock (in-process and across processes). Appends
+are group-committed: while one group is being written and fsynced, new appends queue up, and
+the next group takes all of them in one write and one fsync per file.
+
+Every access under the lock first checks the files against the committed head and repairs
+them if a crash left them out of step (:func:`app.context.files.recover`).
+"""
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import orjson
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.config import Settings
+from app.context.files import ContextFiles, Recovery, append_response, recover, write_group
+from app.context.records import (
+    ContextAccumulator,
+    HeadState,
+    IdempotentResult,
+    StatsDelta,
+    request_hash,
+)
+from app.db.engine import Database
+from app.db.models import ContextHead, IdempotencyKey, Task
+from app.errors import AppError, Conflict, InvalidInput, StorageError, TaskNotFound
+from app.storage.layout import METADATA, STATUS_DIRS, Layout
+from app.storage.locks import TaskLocks
+from app.tokens.counters import TextCounter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Snapshot:
+    """A committed view of one context file: read ``head``'s byte count from ``handle``.
+
+    The handle stays valid when the task's directory moves or the file is replaced.
+    """
+
+    task: Task
+    head: HeadState
+    handle: BinaryIO
+    metadata: dict[str, Any]
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+@dataclass
+class _PendingAppend:
+    messages: list[dict[str, Any]]
+    idempotency_key: str | None
+    future: "asyncio.Future[tuple[dict[str, Any], bool]]"
+
+
+@dataclass
+class _GroupOutcome:
+    recovery: Recovery
+    head: HeadState
+    stats: StatsDelta
+    new_keys: list[IdempotentResult] = field(default_factory=list)
+    results: list[tuple[dict[str, Any], bool] | AppError] = field(default_factory=list)
+
+
+def utc_timestamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class ContextStore:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        layout: Layout,
+        locks: TaskLocks,
+        counter: TextCounter,
+        settings: Settings,
+    ) -> None:
+        self.db = db
+        self.layout = layout
+        self.locks = locks
+        self.counter = counter
+        self.fsync = settings.fsync == "always"
+        self._max_message_bytes = settings.max_message_bytes
+        self._pending: dict[str, list[_PendingAppend]] = {}
+        self._drainers: dict[str, asyncio.Task[None]] = {}
+
+    # -- locking and lookup ---------------------------------------------------------------
+
+    @asynccontextmanager
+    async def locked(self, task_uuid: str) -> AsyncIterator[Task]:
+        """Hold the task lock; yield its row, with its directory where its status says."""
+        async with self.locks.hold(task_uuid):
+            async with self.db.reader() as session:
+                task = await session.get(Task, task_uuid)
+            if task is None:
+                raise TaskNotFound(task_uuid)
+            await asyncio.to_thread(self._ensure_directory, task)
+            yield task
+
+    def task_dir(self, task: Task) -> Path:
+        return self.layout.task_dir(task.status, task.uuid)
+
+    def _ensure_directory(self, task: Task) -> None:
+        expected = STATUS_DIRS[task.status]
+        if self.layout.location_dir(expected, task.uuid).is_dir():
+            return
+        found = self.layout.find(task.uuid)
+        if not found:
+            raise StorageError(
+                f"the files of task {task.uuid} are missing",
+                code="task_files_missing",
+                details={"uuid": task.uuid},
+            )
+        log.warning("task %s: moving its directory from %s to %s", task.uuid, found[0], expected)
+        self.layout.move(task.uuid, found[0], expected)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def snapshot(self, task_uuid: str, file_name: Literal["messages", "current"]) -> Snapshot:
+        """Open a committed view of ``messages`` or ``current``; the caller closes it."""
+        async with self.locked(task_uuid) as task:
+            head = await self.recovered_head(task)
+            directory = self.task_dir(task)
+            handle, metadata = await asyncio.to_thread(_open_snapshot, directory, file_name)
+        return Snapshot(task=task, head=head, handle=handle, metadata=metadata)
+
+    async def head(self, task_uuid: str) -> tuple[Task, HeadState]:
+        async with self.locked(task_uuid) as task:
+            return task, await self.recovered_head(task)
+
+    async def recovered_head(self, task: Task) -> HeadState:
+        """The committed head, after repairing the files if needed. Hold the task lock."""
+        async with self.db.reader() as session:
+            head = await load_head(session, task.uuid)
+        files = ContextFiles(self.task_dir(task))
+        recovery = await asyncio.to_thread(
+            recover, files, head, fsync=self.fsync, context=f"task {task.uuid}"
+        )
+        if recovery.changed:
+            await self._save(task.uuid, recovery, recovery.head, StatsDelta(), [])
+        return recovery.head
+
+    # -- appends --------------------------------------------------------------------------
+
+    async def append(
+        self, task_uuid: str, messages: list[dict[str, Any]], idempotency_key: str | None
+    ) -> tuple[dict[str, Any], bool]:
+        """Append a batch; returns the append response and whether it was a replay."""
+        future: asyncio.Future[tuple[dict[str, Any], bool]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._pending.setdefault(task_uuid, []).append(
+            _PendingAppend(messages, idempotency_key, future)
+        )
+        if task_uuid not in self._drainers:
+            self._drainers[task_uuid] = asyncio.create_task(self._drain(task_uuid))
+        # A client that goes away must not cancel a commit other clients wait on.
+        return await asyncio.shield(future)
+
+    async def _drain(self, task_uuid: str) -> None:
+        try:
+            while group := self._pending.pop(task_uuid, None):
+                try:
+                    await self._commit_group(task_uuid, group)
+                except BaseException as exc:
+                    for pending in group:
+                        if not pending.future.done():
+                            pending.future.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+        finally:
+            del self._drainers[task_uuid]
+
+    async def _commit_group(self, task_uuid: str, group: list[_PendingAppend]) -> None:
+        async with self.locked(task_uuid) as task:
+            if task.status != "running":
+                raise Conflict(
+                    f"task {task_uuid} is {task.status}: only running tasks take messages",
+                    code="task_not_writable",
+                    details={"uuid": task_uuid, "status": task.status},
+                )
+            keys = [p.idempotency_key for p in group if p.idempotency_key]
+            async with self.db.reader() as session:
+                head = await load_head(session, task_uuid)
+                known = await load_idempotency_keys(session, task_uuid, keys)
+            files = ContextFiles(self.task_dir(task))
+            outcome = await asyncio.to_thread(self._write_group, files, head, group, known)
+            await self._save(
+                task_uuid, outcome.recovery, outcome.head, outcome.stats, outcome.new_keys
+            )
+        for pending, result in zip(group, outcome.results, strict=True):
+            if isinstance(result, AppError):
+                pending.future.set_exception(result)
+            else:
+                pending.future.set_result(result)
+
+    def _write_group(
+        self,
+        files: ContextFiles,
+        head: HeadState,
+        group: list[_PendingAppend],
+        known: dict[str, IdempotentResult],
+    ) -> _GroupOutcome:
+        recovery = recover(files, head, fsync=self.fsync, context=f"dir {files.directory}")
+        known = known | {r.key: r for r in recovery.idempotent_results}
+        accumulator = ContextAccumulator(recovery.head)
+        outcome = _GroupOutcome(recovery=recovery, head=recovery.head, stats=StatsDelta())
+        record_lines: list[bytes] = []
+        current_lines: list[bytes] = []
+        timestamp = utc_timestamp()
+        for pending in group:
+            key = pending.idempotency_key
+            if key is not None and key in known:
+                outcome.results.append(_replay(known[key], pending.messages))
+                continue
+            try:
+                prepared = accumulator.prepare(
+                    pending.messages,
+                    counter=self.counter,
+                    timestamp=timestamp,
+                    max_message_bytes=self._max_message_bytes,
+                    idempotency_key=key,
+                )
+            except AppError as exc:
+                outcome.results.append(exc)
+                continue
+            for record, line in prepared:
+                record_lines.append(line)
+                current_lines.append(accumulator.admit(record, line))
+            response = append_response([r for r, _ in prepared], accumulator.head.context_tokens)
+            outcome.results.append((response, False))
+            if key is not None:
+                known[key] = IdempotentResult(key, prepared[0][0]["request_hash"], response)
+                outcome.new_keys.append(known[key])
+        if record_lines:
+            write_group(files, record_lines, current_lines, fsync=self.fsync)
+        outcome.head = accumulator.head
+        outcome.stats = accumulator.stats
+        return outcome
+
+    async def _save(
+        self,
+        task_uuid: str,
+        recovery: Recovery,
+        head: HeadState,
+        stats: StatsDelta,
+        new_keys: list[IdempotentResult],
+    ) -> None:
+        """Move the committed head and the task's statistics, in one transaction."""
+        now = datetime.now(UTC)
+        async with self.db.writer() as session, session.begin():
+            await session.execute(
+                update(ContextHead)
+                .where(ContextHead.task_uuid == task_uuid, ContextHead.thread_id == 0)
+                .values(**dataclasses.asdict(head))
+            )
+            await session.execute(
+                update(Task)
+                .where(Task.uuid == task_uuid)
+                .values(updated_at=now, **_stats_values(recovery, stats))
+            )
+            for result in [*recovery.idempotent_results, *new_keys]:
+                await session.merge(
+                    IdempotencyKey(
+                        task_uuid=task_uuid,
+                        key=result.key,
+                        request_hash=result.request_hash,
+                        response=result.response,
+                        created_at=now,
+                    )
+                )
+
+
+def _open_snapshot(directory: Path, file_name: str) -> tuple[BinaryIO, dict[str, Any]]:
+    metadata = orjson.loads((directory / METADATA).read_bytes())
+    files = ContextFiles(directory)
+    return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
+
+
+def _replay(
+    prior: IdempotentResult, messages: list[dict[str, Any]]
+) -> tuple[dict[str, Any], bool] | AppError:
+    if request_hash(messages) != prior.request_hash:
+        return InvalidInput(
+            f"Idempotency-Key {prior.key!r} was already used for a different request",
+            code="idempotency_key_reused",
+            details={"key": prior.key},
+        )
+    return prior.response, True
+
+
+def _stats_values(recovery: Recovery, stats: StatsDelta) -> dict[str, Any]:
+    if recovery.stats_are_totals:
+        totals = recovery.stats.add(stats)
+        return {
+            "total_messages": totals.messages,
+            "llm_call_count": totals.llm_calls,
+            "tool_call_count": totals.tool_calls,
+            "total_tokens": totals.usage_tokens,
+        }
+    delta = recovery.stats.add(stats)
+    return {
+        "total_messages": Task.total_messages + delta.messages,
+        "llm_call_count": Task.llm_call_count + delta.llm_calls,
+        "tool_call_count": Task.tool_call_count + delta.tool_calls,
+        "total_tokens": Task.total_tokens + delta.usage_tokens,
+    }
+
+
+async def load_head(session: AsyncSession, task_uuid: str, thread_id: int = 0) -> HeadState:
+    row = await session.get(ContextHead, (task_uuid, thread_id))
+    if row is None:
+        raise StorageError(f"task {task_uuid} has no context head", code="context_head_missing")
+    return HeadState(
+        last_seq=row.last_seq,
+        messages_bytes=row.messages_bytes,
+        current_bytes=row.current_bytes,
+        current_messages=row.current_messages,
+        context_tokens=row.context_tokens,
+        open_tool_calls=list(row.open_tool_calls),
+    )
+
+
+async def load_idempotency_keys(
+    session: AsyncSession, task_uuid: str, keys: list[str]
+) -> dict[str, IdempotentResult]:
+    if not keys:
+        return {}
+    rows = await session.scalars(
+        select(IdempotencyKey).where(
+            IdempotencyKey.task_uuid == task_uuid, IdempotencyKey.key.in_(keys)
+        )
+    )
+    return {r.key: IdempotentResult(r.key, r.request_hash, r.response) for r in rows}

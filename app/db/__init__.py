@@ -1,0 +1,1 @@
+"""Database: models, engine and sessions, migrations."""

@@ -1,0 +1,93 @@
+"""Tables: tasks (the union of seed 000 §12 and seed 001 §2.2), context heads, idempotency keys."""
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, PortableJSON, UTCDateTime
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+
+    uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    task_source: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(255))
+    repo: Mapped[str] = mapped_column(String(255))
+    task_type: Mapped[str] = mapped_column(String(64))
+    task_id: Mapped[str] = mapped_column(String(255))
+    user: Mapped[str | None] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16))
+
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    llm_provider: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(255))
+    context_length: Mapped[int] = mapped_column(Integer)
+    max_output_tokens: Mapped[int] = mapped_column(Integer)
+
+    llm_call_count: Mapped[int] = mapped_column(Integer, default=0)
+    tool_call_count: Mapped[int] = mapped_column(Integer, default=0)
+    total_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    compression_count: Mapped[int] = mapped_column(Integer, default=0)
+    total_messages: Mapped[int] = mapped_column(Integer, default=0)
+    total_summaries: Mapped[int] = mapped_column(Integer, default=0)
+    final_token_count: Mapped[int | None] = mapped_column(Integer)
+    final_message_count: Mapped[int | None] = mapped_column(Integer)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", PortableJSON, default=dict)
+    inherited_from: Mapped[str | None] = mapped_column(String(36))
+
+    # Tokens of the tool definitions sent with every payload, counted once at creation.
+    tools_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    # Hash of the creation body: a re-POST with the same uuid is idempotent only if it matches.
+    create_fingerprint: Mapped[str] = mapped_column(String(64))
+
+    __table_args__ = (
+        Index(None, "status"),
+        Index(None, "created_at"),
+        Index(None, "completed_at"),
+        Index(None, "user"),
+        Index(None, "task_type"),
+        Index(None, "owner", "repo"),
+        Index(None, "task_source", "owner", "repo", "task_type", "task_id", "user"),
+    )
+
+
+class ContextHead(Base):
+    """The committed end of a context's files.
+
+    Appends write and fsync the files first and then move this cursor in one transaction, so
+    bytes past it are unacknowledged: readers stop at it, and the next writer repairs from it.
+    """
+
+    __tablename__ = "context_heads"
+
+    task_uuid: Mapped[str] = mapped_column(
+        ForeignKey("tasks.uuid", ondelete="CASCADE"), primary_key=True
+    )
+    thread_id: Mapped[int] = mapped_column(Integer, primary_key=True, default=0)
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    messages_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    current_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    current_messages: Mapped[int] = mapped_column(Integer, default=0)
+    context_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Assistant tool calls still waiting for their results: [[id, name], ...].
+    open_tool_calls: Mapped[list[list[str]]] = mapped_column(PortableJSON, default=list)
+
+
+class IdempotencyKey(Base):
+    __tablename__ = "idempotency_keys"
+
+    task_uuid: Mapped[str] = mapped_column(
+        ForeignKey("tasks.uuid", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    response: Mapped[dict[str, Any]] = mapped_column(PortableJSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())

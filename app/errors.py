@@ -1,0 +1,76 @@
+"""The service's error tree and the one place where errors become HTTP answers.
+
+    AppError                      500 internal_error
+     ├── NotFound                 404  (task_not_found, ...)
+     ├── Conflict                 409  (invalid_transition, task_not_writable, ...)
+     ├── TooLarge                 413  (body_too_large, message_too_large, context_over_budget)
+     ├── InvalidInput             422  (validation_error, unknown_tool_call, ...)
+     └── StorageError             500  (storage_corrupt, ...)
+
+Every error leaves the service as ``{"error": {"code", "message", "details"}}``.
+"""
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+
+class AppError(Exception):
+    status_code: ClassVar[int] = 500
+    default_code: ClassVar[str] = "internal_error"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.details = details or {}
+
+
+class NotFound(AppError):
+    status_code = 404
+    default_code = "not_found"
+
+
+class Conflict(AppError):
+    status_code = 409
+    default_code = "conflict"
+
+
+class TooLarge(AppError):
+    status_code = 413
+    default_code = "too_large"
+
+
+class InvalidInput(AppError):
+    status_code = 422
+    default_code = "validation_error"
+
+
+class StorageError(AppError):
+    status_code = 500
+    default_code = "storage_error"
+
+
+class TaskNotFound(NotFound):
+    def __init__(self, task_uuid: str) -> None:
+        super().__init__(
+            f"task {task_uuid} does not exist", code="task_not_found", details={"uuid": task_uuid}
+        )
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any] = {}
+
+
+class ErrorResponse(BaseModel):
+    """The one error shape of the API."""
+
+    error: ErrorBody
+
+
+def error_payload(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}}}

@@ -1,0 +1,55 @@
+"""Appending to and paging through a journal file with its own increasing key."""
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from app.context.store import ContextStore, utc_timestamp
+from app.errors import Conflict
+from app.storage.jsonl import append_bytes, dumps_line, last_record, read_page, repair_tail
+
+
+class JournalService:
+    """One journal kind: ``file_name`` in the task directory, records numbered by ``key``.
+
+    ``time_field`` names the record's timestamp as its seed does.
+    """
+
+    def __init__(self, store: ContextStore, *, file_name: str, key: str, time_field: str) -> None:
+        self.store = store
+        self.file_name = file_name
+        self.key = key
+        self.time_field = time_field
+
+    async def append(self, task_uuid: str, fields: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.locked(task_uuid) as task:
+            if task.status != "running":
+                raise Conflict(
+                    f"task {task_uuid} is {task.status}: only running tasks take records",
+                    code="task_not_writable",
+                    details={"uuid": task_uuid, "status": task.status},
+                )
+            path = self.store.task_dir(task) / self.file_name
+            return await asyncio.to_thread(self._append, path, fields)
+
+    def _append(self, path: Path, fields: dict[str, Any]) -> dict[str, Any]:
+        fsync = self.store.fsync
+        repair_tail(path, fsync=fsync, context=str(path.parent.name))
+        last = last_record(path)
+        record = {self.key: (last[self.key] + 1) if last else 1, **fields}
+        record.setdefault(self.time_field, utc_timestamp())
+        append_bytes(path, dumps_line(record), fsync=fsync)
+        return record
+
+    async def page(self, task_uuid: str, after: int, limit: int) -> list[dict[str, Any]]:
+        async with self.store.locked(task_uuid) as task:
+            path = self.store.task_dir(task) / self.file_name
+            try:
+                handle = await asyncio.to_thread(open, path, "rb")
+            except FileNotFoundError:
+                return []
+        try:
+            end = await asyncio.to_thread(lambda: handle.seek(0, 2))
+            return await asyncio.to_thread(read_page, handle, self.key, after, limit, end)
+        finally:
+            handle.close()

@@ -1,0 +1,85 @@
+"""Application state, built at startup and handed to requests (``request.state.services``)."""
+
+import asyncio
+import fcntl
+import logging
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+
+from app.config import Settings
+from app.context.store import ContextStore
+from app.db.engine import Database, open_database
+from app.db.migrate import upgrade_to_head
+from app.journals.service import JournalService
+from app.messages.service import MessageService
+from app.payloads.service import PayloadService
+from app.storage.layout import PLANNING, TOOLS, Layout
+from app.storage.locks import TaskLocks
+from app.storage.reconcile import reconcile
+from app.tasks.service import TaskService
+from app.tokens.counters import HeuristicCounter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: Settings
+    db: Database
+    store: ContextStore
+    tasks: TaskService
+    messages: MessageService
+    tools: JournalService
+    planning: JournalService
+    payloads: PayloadService
+
+
+def build_services(settings: Settings, db: Database, layout: Layout) -> Services:
+    store = ContextStore(
+        db=db, layout=layout, locks=TaskLocks(layout), counter=HeuristicCounter(), settings=settings
+    )
+    tasks = TaskService(store, settings)
+    return Services(
+        settings=settings,
+        db=db,
+        store=store,
+        tasks=tasks,
+        messages=MessageService(store, settings),
+        tools=JournalService(store, file_name=TOOLS, key="seq", time_field="timestamp"),
+        planning=JournalService(store, file_name=PLANNING, key="id", time_field="created_at"),
+        payloads=PayloadService(store, tasks),
+    )
+
+
+async def prepare_storage(settings: Settings, db: Database, layout: Layout) -> None:
+    """Migrate and reconcile, once at a time across the workers sharing CONTEXT_DIR."""
+    layout.ensure()
+    fd = os.open(layout.global_lock_path(), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        await upgrade_to_head(db.engine)
+        fixed = await reconcile(layout, db, TaskLocks(layout))
+        if fixed:
+            log.warning("startup reconciliation fixed %d task directories", fixed)
+    finally:
+        os.close(fd)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
+    settings: Settings = app.state.settings
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(settings.io_threads, "context-io"))
+    layout = Layout(settings.context_dir.resolve())
+    db = open_database(settings.effective_database_url)
+    try:
+        await prepare_storage(settings, db, layout)
+        log.info("context service ready: %s", layout.root)
+        yield {"services": build_services(settings, db, layout)}
+    finally:
+        await db.dispose()

@@ -1,0 +1,46 @@
+"""The ASGI application: ``uvicorn app.main:app``."""
+
+import logging
+
+from fastapi import FastAPI
+
+from app.api.errors import install_error_handlers
+from app.api.limits import BodyLimitMiddleware
+from app.config import Settings
+from app.lifespan import lifespan
+from app.messages.endpoints import router as messages_router
+from app.ops.endpoints import router as ops_router
+from app.payloads.endpoints import router as payloads_router
+from app.planning.endpoints import router as planning_router
+from app.tasks.endpoints import router as tasks_router
+from app.tools.endpoints import router as tools_router
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    app = FastAPI(
+        title="Context service",
+        version="0.1.0",
+        summary="Durable, compacted LLM conversation context for coding agents.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    for router in (
+        tasks_router,
+        messages_router,
+        payloads_router,
+        tools_router,
+        planning_router,
+        ops_router,
+    ):
+        app.include_router(router)
+    return app
+
+
+app = create_app()

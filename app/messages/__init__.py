@@ -1,0 +1,1 @@
+"""Messages: appending to a context, its history, and the committed context snapshot."""

@@ -1,0 +1,77 @@
+"""/tasks/{uuid}/messages: append and history."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Header, Query, Response, status
+
+from app.api.deps import ServicesDep, TaskUUID
+from app.api.errors import ERROR_RESPONSES
+from app.messages.schemas import AppendBody, AppendResult, MessagePage
+
+router = APIRouter(prefix="/tasks/{uuid}/messages", tags=["messages"], responses=ERROR_RESPONSES)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=AppendResult)
+async def append_messages(
+    uuid: TaskUUID,
+    services: ServicesDep,
+    response: Response,
+    body: Annotated[
+        AppendBody,
+        Body(
+            openapi_examples={
+                "tool_call": {
+                    "summary": "An assistant tool call, with the LLM's usage",
+                    "value": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {
+                                    "name": "read_file",
+                                    "arguments": '{"path": "a.py"}',
+                                },
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1200, "completion_tokens": 40},
+                    },
+                },
+                "tool_result": {
+                    "summary": "The tool's result",
+                    "value": {"role": "tool", "tool_call_id": "call_1", "content": "def main()"},
+                },
+                "batch": {
+                    "summary": "A batch, appended all or nothing",
+                    "value": {
+                        "messages": [
+                            {"role": "user", "content": "Fix the bug in a.py"},
+                            {"role": "assistant", "content": "Reading a.py first."},
+                        ]
+                    },
+                },
+            }
+        ),
+    ],
+    idempotency_key: Annotated[
+        str | None,
+        Header(max_length=255, description="A retried POST with the same key appends nothing."),
+    ] = None,
+) -> AppendResult:
+    """Append one message or a batch; durable before the answer."""
+    result, replayed = await services.messages.append(uuid, body, idempotency_key)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return result
+
+
+@router.get("", response_model=MessagePage)
+async def list_messages(
+    uuid: TaskUUID,
+    services: ServicesDep,
+    after_seq: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> MessagePage:
+    """The full history (messages.jsonl), paginated by seq."""
+    return await services.messages.history(uuid, after_seq, limit)

@@ -1,0 +1,47 @@
+"""Appending messages and reading a task's history."""
+
+import asyncio
+
+from app.config import Settings
+from app.context.store import ContextStore
+from app.errors import TooLarge
+from app.messages.schemas import AppendResult, MessageBatch, MessageIn, MessagePage, MessageRecord
+from app.storage.jsonl import read_page
+
+
+class MessageService:
+    def __init__(self, store: ContextStore, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+
+    async def append(
+        self, task_uuid: str, body: MessageIn | MessageBatch, idempotency_key: str | None
+    ) -> tuple[AppendResult, bool]:
+        """Append one message or a batch; returns the result and whether it was a replay."""
+        messages = body.messages if isinstance(body, MessageBatch) else [body]
+        if len(messages) > self.settings.max_batch_messages:
+            raise TooLarge(
+                f"a batch may hold at most {self.settings.max_batch_messages} messages",
+                code="batch_too_large",
+                details={"messages": len(messages), "limit": self.settings.max_batch_messages},
+            )
+        response, replayed = await self.store.append(
+            task_uuid, [m.fields() for m in messages], idempotency_key
+        )
+        return AppendResult.model_validate(response), replayed
+
+    async def history(self, task_uuid: str, after_seq: int, limit: int) -> MessagePage:
+        snapshot = await self.store.snapshot(task_uuid, "messages")
+        try:
+            records = await asyncio.to_thread(
+                read_page, snapshot.handle, "seq", after_seq, limit, snapshot.head.messages_bytes
+            )
+        finally:
+            snapshot.close()
+        last_seq = snapshot.head.last_seq
+        next_after = records[-1]["seq"] if records and records[-1]["seq"] < last_seq else None
+        return MessagePage(
+            messages=[MessageRecord.model_validate(r) for r in records],
+            last_seq=last_seq,
+            next_after_seq=next_after,
+        )

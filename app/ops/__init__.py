@@ -1,0 +1,1 @@
+"""Operations: health and readiness (stats, metrics and cleanup arrive later)."""

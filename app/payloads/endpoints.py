@@ -1,0 +1,67 @@
+"""/tasks/{uuid}/request and /tasks/{uuid}/context: streamed from the files."""
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+
+from app.api.deps import ServicesDep, TaskUUID
+from app.api.errors import ERROR_RESPONSES
+from app.payloads.schemas import ContextView, PayloadFormat
+
+router = APIRouter(prefix="/tasks/{uuid}", tags=["context"], responses=ERROR_RESPONSES)
+
+_REQUEST_EXAMPLE: dict[str, Any] = {
+    "model": "gpt-4o",
+    "messages": [
+        {"role": "system", "content": "You are a coding agent ..."},
+        {"role": "user", "content": "Fix the bug in a.py"},
+    ],
+    "tools": [{"type": "function", "function": {"name": "read_file", "parameters": {}}}],
+    "temperature": 0.2,
+    "max_completion_tokens": 4096,
+}
+
+
+@router.get(
+    "/request",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "The LLM request, ready to send; within the task's budget.",
+            "content": {"application/json": {"example": _REQUEST_EXAMPLE}},
+            "headers": {
+                "X-Context-Tokens": {
+                    "description": "Tokens of this payload",
+                    "schema": {"type": "integer"},
+                },
+                "X-Context-Budget": {
+                    "description": "The most it may have",
+                    "schema": {"type": "integer"},
+                },
+                "X-Token-Counter": {
+                    "description": "Which counter counted",
+                    "schema": {"type": "string"},
+                },
+            },
+        }
+    },
+)
+async def get_request(
+    uuid: TaskUUID, services: ServicesDep, format: PayloadFormat = "openai"
+) -> StreamingResponse:
+    """The assembled LLM request payload, streamed from current.jsonl."""
+    payload = await services.payloads.request(uuid, format)
+    return StreamingResponse(payload.body, media_type="application/json", headers=payload.headers)
+
+
+@router.get(
+    "/context",
+    response_class=StreamingResponse,
+    responses={200: {"model": ContextView, "description": "The effective context, annotated."}},
+)
+async def get_context(uuid: TaskUUID, services: ServicesDep) -> StreamingResponse:
+    """The effective context with per-message tokens, budget, threshold and next action."""
+    return StreamingResponse(
+        await services.payloads.context_view(uuid), media_type="application/json"
+    )

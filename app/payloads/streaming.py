@@ -1,0 +1,50 @@
+"""Streaming a snapshot's committed bytes without holding them."""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+from app.context.store import Snapshot
+from app.errors import StorageError
+from app.storage.jsonl import CHUNK
+
+
+async def committed_chunks(snapshot: Snapshot, size: int) -> AsyncIterator[tuple[bytes, bool]]:
+    """Yield (chunk, is_last) covering exactly ``size`` bytes; chunks end on line boundaries."""
+    remaining = size
+    carry = b""
+    while remaining > 0:
+        data = await asyncio.to_thread(snapshot.handle.read, min(CHUNK, remaining))
+        if not data:
+            raise StorageError(
+                f"task {snapshot.task.uuid}: a context file is shorter than its committed head",
+                code="storage_corrupt",
+            )
+        remaining -= len(data)
+        data = carry + data
+        if remaining > 0:
+            cut = data.rfind(b"\n") + 1
+            data, carry = data[:cut], data[cut:]
+        if data:
+            yield data, remaining == 0
+
+
+async def stream_lines(
+    snapshot: Snapshot,
+    size: int,
+    prefix: bytes,
+    suffix: bytes,
+    render: Callable[[bytes, bool], bytes],
+    *,
+    offload: bool = False,
+) -> AsyncIterator[bytes]:
+    """prefix + render(chunk) for each chunk + suffix; closes the snapshot when done."""
+    try:
+        yield prefix
+        async for chunk, last in committed_chunks(snapshot, size):
+            if offload:
+                yield await asyncio.to_thread(render, chunk, last)
+            else:
+                yield render(chunk, last)
+        yield suffix
+    finally:
+        snapshot.close()

@@ -1,0 +1,1 @@
+"""Planning history (planning.jsonl, seed 000 §11.5)."""

@@ -1,0 +1,32 @@
+"""/tasks/{uuid}/planning: planning history."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from app.api.deps import ServicesDep, TaskUUID
+from app.api.errors import ERROR_RESPONSES
+from app.planning.schemas import PlanEntry, PlanEntryIn, PlanPage
+
+router = APIRouter(prefix="/tasks/{uuid}/planning", tags=["planning"], responses=ERROR_RESPONSES)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=PlanEntry)
+async def add_plan_entry(uuid: TaskUUID, body: PlanEntryIn, services: ServicesDep) -> PlanEntry:
+    """Record a planning step."""
+    return PlanEntry.model_validate(await services.planning.append(uuid, body.model_dump()))
+
+
+@router.get("", response_model=PlanPage)
+async def list_plan_entries(
+    uuid: TaskUUID,
+    services: ServicesDep,
+    after_id: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> PlanPage:
+    """Planning history, oldest first, paginated by id."""
+    entries = await services.planning.page(uuid, after_id, limit)
+    return PlanPage(
+        planning=[PlanEntry.model_validate(e) for e in entries],
+        next_after_id=entries[-1]["id"] if len(entries) == limit else None,
+    )

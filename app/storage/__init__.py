@@ -1,0 +1,1 @@
+"""Per-task files on disk: layout, JSONL logs, locks, crash reconciliation."""

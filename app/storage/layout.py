@@ -1,0 +1,65 @@
+"""Where a task's files live.
+
+CONTEXT_DIR/
+  running/{uuid}/  paused/{uuid}/  completed/{uuid}/   (completed also holds failed tasks)
+  .staging/{uuid}/   a task being created, before its row is committed
+  .trash/{uuid}/     a task being deleted, before its row is gone
+  .locks/{uuid}.lock per-task lock files (stable paths: task directories move)
+"""
+
+import os
+import uuid as uuid_module
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.storage.jsonl import fsync_dir
+
+STATUS_DIRS = {
+    "running": "running",
+    "paused": "paused",
+    "completed": "completed",
+    "failed": "completed",
+}
+LOCATIONS = ("running", "paused", "completed", ".staging", ".trash")
+
+METADATA = "metadata.json"
+MESSAGES = "messages.jsonl"
+CURRENT = "current.jsonl"
+TOOLS = "tools.jsonl"
+PLANNING = "planning.jsonl"
+
+
+def canonical_uuid(value: str) -> str:
+    """The one spelling of a task uuid used in paths and rows; ValueError for anything else."""
+    return str(uuid_module.UUID(value))
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    def ensure(self) -> None:
+        for name in (*LOCATIONS, ".locks"):
+            (self.root / name).mkdir(parents=True, exist_ok=True)
+
+    def location_dir(self, location: str, task_uuid: str) -> Path:
+        # Paths are only ever built from a canonical uuid: nothing else reaches the filesystem.
+        return self.root / location / canonical_uuid(task_uuid)
+
+    def task_dir(self, status: str, task_uuid: str) -> Path:
+        return self.location_dir(STATUS_DIRS[status], task_uuid)
+
+    def lock_path(self, task_uuid: str) -> Path:
+        return self.root / ".locks" / f"{canonical_uuid(task_uuid)}.lock"
+
+    def global_lock_path(self) -> Path:
+        return self.root / ".locks" / "startup.lock"
+
+    def find(self, task_uuid: str) -> list[str]:
+        """Every location holding a directory for this task (normally exactly one)."""
+        return [loc for loc in LOCATIONS if self.location_dir(loc, task_uuid).is_dir()]
+
+    def move(self, task_uuid: str, source: str, target: str) -> None:
+        os.replace(self.location_dir(source, task_uuid), self.location_dir(target, task_uuid))
+        fsync_dir(self.root / source)
+        fsync_dir(self.root / target)

@@ -1,0 +1,1 @@
+"""Tasks: creation, lookup, listing, lifecycle transitions, deletion."""

@@ -1,0 +1,101 @@
+"""/tasks: create, list, read, lifecycle, delete."""
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from app.api.deps import ServicesDep, TaskUUID
+from app.api.errors import ERROR_RESPONSES
+from app.tasks.presenters import task_created, task_out
+from app.tasks.repository import encode_cursor
+from app.tasks.schemas import FailBody, TaskCreate, TaskCreated, TaskOut, TaskPage, TaskStatus
+
+router = APIRouter(prefix="/tasks", tags=["tasks"], responses=ERROR_RESPONSES)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TaskCreated,
+    responses={200: {"model": TaskCreated, "description": "Same uuid and body: already created"}},
+)
+async def create_task(body: TaskCreate, services: ServicesDep, response: Response) -> TaskCreated:
+    """Create a task (idempotent for the same uuid and body)."""
+    view, created = await services.tasks.create(body)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return task_created(view)
+
+
+@router.get("", response_model=TaskPage)
+async def list_tasks(
+    services: ServicesDep,
+    status: TaskStatus | None = None,
+    user: str | None = None,
+    task_source: str | None = None,
+    owner: str | None = None,
+    repo: str | None = None,
+    task_type: str | None = None,
+    task_id: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    cursor: str | None = Query(None, description="next_cursor of the previous page"),
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> TaskPage:
+    """Tasks, newest first, filtered and paginated."""
+    tasks = await services.tasks.list(
+        filters={
+            "status": status,
+            "user": user,
+            "task_source": task_source,
+            "owner": owner,
+            "repo": repo,
+            "task_type": task_type,
+            "task_id": task_id,
+        },
+        created_after=created_after,
+        created_before=created_before,
+        cursor=cursor,
+        limit=limit,
+    )
+    views = [services.tasks.view(task) for task in tasks]
+    next_cursor = encode_cursor(tasks[-1]) if len(tasks) == limit else None
+    return TaskPage(tasks=[task_out(v) for v in views], next_cursor=next_cursor)
+
+
+@router.get("/{uuid}", response_model=TaskOut)
+async def get_task(uuid: TaskUUID, services: ServicesDep) -> TaskOut:
+    """The task with its statistics, context tokens, window and budget."""
+    return task_out(await services.tasks.get(uuid))
+
+
+@router.post("/{uuid}/stop", response_model=TaskOut)
+async def stop_task(uuid: TaskUUID, services: ServicesDep) -> TaskOut:
+    """running → paused."""
+    return task_out(await services.tasks.transition(uuid, "stop"))
+
+
+@router.post("/{uuid}/resume", response_model=TaskOut)
+async def resume_task(uuid: TaskUUID, services: ServicesDep) -> TaskOut:
+    """paused → running."""
+    return task_out(await services.tasks.transition(uuid, "resume"))
+
+
+@router.post("/{uuid}/complete", response_model=TaskOut)
+async def complete_task(uuid: TaskUUID, services: ServicesDep) -> TaskOut:
+    """running|paused → completed; the directory moves to completed/."""
+    return task_out(await services.tasks.transition(uuid, "complete"))
+
+
+@router.post("/{uuid}/fail", response_model=TaskOut)
+async def fail_task(uuid: TaskUUID, body: FailBody, services: ServicesDep) -> TaskOut:
+    """running|paused → failed, with the error; the directory moves to completed/."""
+    return task_out(await services.tasks.transition(uuid, "fail", error_message=body.error_message))
+
+
+@router.delete("/{uuid}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_task(uuid: TaskUUID, services: ServicesDep) -> Response:
+    """Remove the task's row and its directory."""
+    await services.tasks.delete(uuid)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,53 @@
+"""Task queries."""
+
+import base64
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, and_, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Task
+from app.errors import InvalidInput
+
+FILTER_COLUMNS = ("status", "user", "task_source", "owner", "repo", "task_type", "task_id")
+
+
+def encode_cursor(task: Task) -> str:
+    raw = f"{task.created_at.isoformat()}|{task.uuid}".encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, uuid = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        return datetime.fromisoformat(created), uuid
+    except ValueError as exc:
+        raise InvalidInput("cursor is not one this service issued", code="invalid_cursor") from exc
+
+
+async def list_tasks(
+    session: AsyncSession,
+    *,
+    filters: dict[str, Any],
+    created_after: datetime | None,
+    created_before: datetime | None,
+    cursor: str | None,
+    limit: int,
+) -> list[Task]:
+    """Newest first; keyset pagination on (created_at, uuid)."""
+    query: Select[tuple[Task]] = select(Task)
+    for column in FILTER_COLUMNS:
+        if filters.get(column) is not None:
+            query = query.where(getattr(Task, column) == filters[column])
+    if created_after is not None:
+        query = query.where(Task.created_at >= created_after)
+    if created_before is not None:
+        query = query.where(Task.created_at < created_before)
+    if cursor is not None:
+        created, uuid = _decode_cursor(cursor)
+        query = query.where(
+            or_(Task.created_at < created, and_(Task.created_at == created, Task.uuid < uuid))
+        )
+    query = query.order_by(Task.created_at.desc(), Task.uuid.desc()).limit(limit)
+    return list(await session.scalars(query))

@@ -1,0 +1,158 @@
+"""Task bodies and answers."""
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+TaskStatus = Literal["running", "paused", "completed", "failed"]
+
+# Payload keys the service itself sets; request defaults may not override them.
+RESERVED_REQUEST_KEYS = frozenset({"model", "messages", "tools", "stream", "system"})
+
+
+class TaskKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task_source: str = Field(min_length=1, max_length=64, examples=["github"])
+    owner: str = Field(min_length=1, max_length=255, examples=["notfolder"])
+    repo: str = Field(min_length=1, max_length=255, examples=["coding_agent"])
+    task_type: str = Field(min_length=1, max_length=64, examples=["issue"])
+    task_id: str = Field(min_length=1, max_length=255, examples=["27"])
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDefinition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class TaskCreate(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "uuid": "550e8400-e29b-41d4-a716-446655440000",
+                    "task_key": {
+                        "task_source": "github",
+                        "owner": "notfolder",
+                        "repo": "coding_agent",
+                        "task_type": "issue",
+                        "task_id": "27",
+                    },
+                    "user": "notfolder",
+                    "llm_provider": "openai",
+                    "model": "gpt-4o",
+                    "context_length": 128000,
+                    "max_output_tokens": 4096,
+                    "system_prompt": "You are a coding agent ...",
+                    "tools": [
+                        {
+                            "type": "function",
+                            "function": {
+                                "name": "read_file",
+                                "parameters": {
+                                    "type": "object",
+                                    "properties": {"path": {"type": "string"}},
+                                },
+                            },
+                        }
+                    ],
+                    "request_defaults": {"temperature": 0.2},
+                    "metadata": {},
+                }
+            ]
+        },
+    )
+
+    uuid: UUID | None = Field(
+        None, description="Assigned by the agent's queue; generated if absent."
+    )
+    task_key: TaskKey
+    user: str | None = Field(None, max_length=255)
+    llm_provider: str = Field("openai", min_length=1, max_length=64)
+    model: str = Field(min_length=1, max_length=255)
+    context_length: int | None = Field(None, ge=1024, le=100_000_000)
+    max_output_tokens: int | None = Field(None, ge=1)
+    system_prompt: str | None = Field(None, description="Becomes message seq 1.")
+    tools: list[ToolDefinition] | None = None
+    request_defaults: dict[str, Any] = Field(
+        default_factory=dict, description="Merged into every payload (temperature, ...)."
+    )
+    inherit: bool | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("request_defaults")
+    @classmethod
+    def _no_reserved_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        clash = RESERVED_REQUEST_KEYS & value.keys()
+        if clash:
+            raise ValueError(f"request_defaults may not set {sorted(clash)}")
+        return value
+
+
+class TaskStatistics(BaseModel):
+    total_messages: int
+    llm_call_count: int
+    tool_call_count: int
+    total_tokens: int = Field(description="Prompt + completion tokens reported by LLM calls.")
+    compression_count: int
+    total_summaries: int
+    final_token_count: int | None
+    final_message_count: int | None
+
+
+class ContextSummary(BaseModel):
+    tokens: int = Field(description="Tokens of the payload /request would serve now.")
+    messages: int = Field(description="Messages in the effective context.")
+    last_seq: int
+    window: int
+    budget: int = Field(description="allowed = window * (1 - buffer) - reserved output.")
+    threshold: int
+    reserved_output: int
+
+
+class TaskOut(BaseModel):
+    uuid: str
+    status: TaskStatus
+    task_key: TaskKey
+    user: str | None
+    llm_provider: str | None
+    model: str
+    context_length: int
+    max_output_tokens: int
+    created_at: datetime
+    started_at: datetime | None
+    updated_at: datetime
+    completed_at: datetime | None
+    error_message: str | None
+    metadata: dict[str, Any]
+    inherited_from: str | None
+    statistics: TaskStatistics
+    context: ContextSummary | None = Field(
+        None, description="Present on single-task answers, absent in lists."
+    )
+
+
+class TaskCreated(TaskOut):
+    inheritance: dict[str, Any] | None = None
+    notification_comment: str | None = None
+
+
+class TaskPage(BaseModel):
+    tasks: list[TaskOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page.")
+
+
+class FailBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    error_message: str = Field(min_length=1, max_length=100_000)

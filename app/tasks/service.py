@@ -1,0 +1,247 @@
+"""Task creation, lookup, listing, status transitions and deletion."""
+
+import asyncio
+import hashlib
+import logging
+import shutil
+import uuid as uuid_module
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.compaction.policy import Budget, budget_for, default_reserved_output
+from app.config import Settings
+from app.context.files import ContextFiles, write_group
+from app.context.records import ContextAccumulator, HeadState, StatsDelta
+from app.context.store import ContextStore, utc_timestamp
+from app.db.models import ContextHead, Task
+from app.errors import Conflict, InvalidInput
+from app.storage.jsonl import fsync_dir, write_atomic
+from app.storage.layout import METADATA, STATUS_DIRS
+from app.tasks import lifecycle, repository
+from app.tasks.schemas import TaskCreate
+from app.tokens.accounting import PER_PAYLOAD, tools_tokens
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskView:
+    task: Task
+    head: HeadState | None
+    budget: Budget
+
+    @property
+    def payload_tokens(self) -> int:
+        assert self.head is not None
+        return self.head.context_tokens + self.task.tools_tokens + PER_PAYLOAD
+
+
+class TaskService:
+    def __init__(self, store: ContextStore, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self._fsync = settings.fsync == "always"
+
+    def budget(self, task: Task) -> Budget:
+        return budget_for(
+            task.context_length,
+            task.max_output_tokens,
+            buffer=self.settings.context_buffer,
+            condense_threshold=self.settings.condense_threshold,
+        )
+
+    def view(self, task: Task, head: HeadState | None = None) -> TaskView:
+        return TaskView(task=task, head=head, budget=self.budget(task))
+
+    # -- create ---------------------------------------------------------------------------
+
+    async def create(self, body: TaskCreate) -> tuple[TaskView, bool]:
+        """Create a task; returns it and whether it is new (False: an idempotent re-POST)."""
+        task_uuid = str(body.uuid or uuid_module.uuid4())
+        fingerprint = _fingerprint(body)
+        window = body.context_length or self.settings.default_context_length
+        reserved = body.max_output_tokens or default_reserved_output(window)
+        budget = budget_for(
+            window,
+            reserved,
+            buffer=self.settings.context_buffer,
+            condense_threshold=self.settings.condense_threshold,
+        )
+        if budget.allowed <= 0:
+            raise InvalidInput(
+                f"max_output_tokens {reserved} leaves no room in a {window}-token window",
+                code="no_room_for_context",
+                details={"window": window, "max_output_tokens": reserved},
+            )
+        async with self.store.locks.hold(task_uuid):
+            async with self.store.db.reader() as session:
+                existing = await session.get(Task, task_uuid)
+            if existing is None:
+                return await self._create_locked(task_uuid, body, window, reserved, fingerprint)
+        if existing.create_fingerprint != fingerprint:
+            raise Conflict(
+                f"task {task_uuid} already exists with a different body",
+                code="task_exists",
+                details={"uuid": task_uuid},
+            )
+        return await self.get(task_uuid), False
+
+    async def _create_locked(
+        self, task_uuid: str, body: TaskCreate, window: int, reserved: int, fingerprint: str
+    ) -> tuple[TaskView, bool]:
+        layout = self.store.layout
+        now = datetime.now(UTC)
+        task = Task(
+            uuid=task_uuid,
+            **body.task_key.model_dump(),
+            user=body.user,
+            status="running",
+            created_at=now,
+            started_at=now,
+            updated_at=now,
+            llm_provider=body.llm_provider,
+            model=body.model,
+            context_length=window,
+            max_output_tokens=reserved,
+            metadata_=body.metadata,
+            tools_tokens=tools_tokens(
+                self.store.counter, [t.model_dump(exclude_none=True) for t in body.tools or []]
+            ),
+            create_fingerprint=fingerprint,
+            llm_call_count=0,
+            tool_call_count=0,
+            total_tokens=0,
+            compression_count=0,
+            total_messages=0,
+            total_summaries=0,
+        )
+        staging = layout.location_dir(".staging", task_uuid)
+        head, stats = await asyncio.to_thread(self._write_initial_files, staging, task, body)
+        task.total_messages = stats.messages
+        async with self.store.db.writer() as session, session.begin():
+            session.add(task)
+            await session.flush()  # the head's foreign key needs the task row first
+            session.add(ContextHead(task_uuid=task_uuid, thread_id=0, **vars(head)))
+        await asyncio.to_thread(layout.move, task_uuid, ".staging", "running")
+        log.info("task %s: created", task_uuid)
+        return self.view(task, head), True
+
+    def _write_initial_files(
+        self, directory: Path, task: Task, body: TaskCreate
+    ) -> tuple[HeadState, StatsDelta]:
+        shutil.rmtree(directory, ignore_errors=True)  # a leftover of a crashed create
+        directory.mkdir(parents=True)
+        metadata = {
+            "uuid": task.uuid,
+            "task_key": body.task_key.model_dump(),
+            "user": task.user,
+            "created_at": task.created_at.isoformat(),
+            # seed 000 §11.6 names
+            "task_type": task.task_type,
+            "task_identifier": task.task_id,
+            "repository": f"{task.owner}/{task.repo}",
+            # seed 001 §3.1 names
+            "config": {
+                "llm_provider": task.llm_provider,
+                "model": task.model,
+                "context_length": task.context_length,
+                "max_output_tokens": task.max_output_tokens,
+                "compression_threshold": self.settings.condense_threshold,
+            },
+            "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
+            "request_defaults": body.request_defaults,
+            "inherit": body.inherit,
+            "metadata": body.metadata,
+        }
+        write_atomic(
+            directory / METADATA,
+            iter([orjson.dumps(metadata, option=orjson.OPT_INDENT_2)]),
+            fsync=self._fsync,
+        )
+        accumulator = ContextAccumulator(HeadState())
+        initial = [{"role": "system", "content": body.system_prompt}] if body.system_prompt else []
+        record_lines, current_lines = [], []
+        if initial:
+            for record, line in accumulator.prepare(
+                initial,
+                counter=self.store.counter,
+                timestamp=utc_timestamp(),
+                max_message_bytes=self.settings.max_message_bytes,
+            ):
+                record_lines.append(line)
+                current_lines.append(accumulator.admit(record, line))
+        write_group(ContextFiles(directory), record_lines, current_lines, fsync=self._fsync)
+        if self._fsync:
+            fsync_dir(directory)
+        return accumulator.head, accumulator.stats
+
+    # -- read -----------------------------------------------------------------------------
+
+    async def get(self, task_uuid: str) -> TaskView:
+        task, head = await self.store.head(task_uuid)
+        return self.view(task, head)
+
+    async def list(self, **query: Any) -> list[Task]:
+        async with self.store.db.reader() as session:
+            return await repository.list_tasks(session, **query)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def transition(
+        self, task_uuid: str, action: str, *, error_message: str | None = None
+    ) -> TaskView:
+        layout = self.store.layout
+        async with self.store.locked(task_uuid) as task:
+            target = lifecycle.next_status(action, task.status)
+            head = await self.store.recovered_head(task)
+            source_dir, target_dir = STATUS_DIRS[task.status], STATUS_DIRS[target]
+            now = datetime.now(UTC)
+            async with self.store.db.writer() as session, session.begin():
+                row = await session.get(Task, task_uuid)
+                assert row is not None
+                row.status = target
+                row.updated_at = now
+                if target in lifecycle.FINISHED:
+                    row.completed_at = now
+                    row.final_token_count = head.context_tokens + row.tools_tokens + PER_PAYLOAD
+                    row.final_message_count = head.current_messages
+                if target == "failed":
+                    row.error_message = error_message
+                if source_dir != target_dir:
+                    # Moved inside the transaction: if the commit fails we move back; if the
+                    # process dies first, startup reconciliation moves it back.
+                    await asyncio.to_thread(layout.move, task_uuid, source_dir, target_dir)
+                    try:
+                        await session.flush()
+                    except BaseException:
+                        await asyncio.to_thread(layout.move, task_uuid, target_dir, source_dir)
+                        raise
+            log.info("task %s: %s -> %s", task_uuid, task.status, target)
+            return self.view(row, head)
+
+    async def delete(self, task_uuid: str) -> None:
+        layout = self.store.layout
+        async with self.store.locked(task_uuid) as task:
+            source = STATUS_DIRS[task.status]
+            await asyncio.to_thread(layout.move, task_uuid, source, ".trash")
+            try:
+                async with self.store.db.writer() as session, session.begin():
+                    row = await session.get(Task, task_uuid)
+                    await session.delete(row)
+            except BaseException:
+                await asyncio.to_thread(layout.move, task_uuid, ".trash", source)
+                raise
+            await asyncio.to_thread(
+                shutil.rmtree, layout.location_dir(".trash", task_uuid), ignore_errors=True
+            )
+            layout.lock_path(task_uuid).unlink(missing_ok=True)
+        log.info("task %s: deleted", task_uuid)
+
+
+def _fingerprint(body: TaskCreate) -> str:
+    data = body.model_dump(mode="json", exclude={"uuid"})
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()

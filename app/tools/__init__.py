@@ -1,0 +1,1 @@
+"""Tool execution records (tools.jsonl, seed 001 §3.6)."""

@@ -1,0 +1,1 @@
+"""Alembic migrations (a package so that installed copies of the service can find them)."""
