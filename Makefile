@@ -1,0 +1,45 @@
+# Everything installs into .venv on first use; only Python 3.11+ and make are needed.
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	&& echo $$p && break; done)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: help install run test lint format migrate openapi bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is needed"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(STAMP) ## create .venv with the service and its dev tools
+
+run: $(STAMP) ## run the service on 127.0.0.1:8080 (SQLite and files in ./contexts)
+	$(BIN)/context-service serve
+
+test: $(STAMP) ## run the whole test suite
+	$(BIN)/pytest
+
+lint: $(STAMP) ## ruff (lint + format check), mypy, alembic check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(STAMP) ## apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+migrate: $(STAMP) ## create or upgrade the database in CONTEXT_DIR
+	$(BIN)/context-service migrate
+
+openapi: $(STAMP) ## regenerate openapi.yaml from the app
+	$(BIN)/context-service openapi > openapi.yaml
+
+clean: ## remove .venv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
