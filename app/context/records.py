@@ -21,7 +21,10 @@ from app.storage.jsonl import dumps_line
 from app.tokens.accounting import message_tokens
 from app.tokens.counters import TextCounter
 
-ENVELOPE_FIELDS = ("seq", "timestamp", "tokens", "batch_size", "idempotency_key", "request_hash")
+# Fields the service adds to every stored record; a posted message may not carry them.
+ENVELOPE_FIELDS = frozenset(
+    {"seq", "timestamp", "tokens", "batch_size", "idempotency_key", "request_hash"}
+)
 
 
 @dataclass
@@ -174,8 +177,3 @@ def _advance_tool_calls(open_calls: list[list[str]], record: dict[str, Any]) -> 
 
 def _ids(open_calls: list[list[str]]) -> list[str]:
     return [call[0] for call in open_calls]
-
-
-def original_message(record: dict[str, Any]) -> dict[str, Any]:
-    """The message fields of a record, without the envelope the service added."""
-    return {k: v for k, v in record.items() if k not in ENVELOPE_FIELDS}

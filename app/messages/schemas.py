@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from app.context.records import ENVELOPE_FIELDS
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 _Strict = ConfigDict(extra="forbid")
@@ -128,6 +130,9 @@ class MessageIn(BaseModel):
 
     @model_validator(mode="after")
     def _check_role_rules(self) -> "MessageIn":
+        clash = ENVELOPE_FIELDS & (self.model_extra or {}).keys()
+        if clash:
+            raise ValueError(f"{sorted(clash)} are set by the service, not by a message")
         role = self.role
         if role != "assistant" and (self.tool_calls is not None or self.usage is not None):
             raise ValueError("only assistant messages carry tool_calls or usage")

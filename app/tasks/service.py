@@ -200,26 +200,28 @@ class TaskService:
             head = await self.store.recovered_head(task)
             source_dir, target_dir = STATUS_DIRS[task.status], STATUS_DIRS[target]
             now = datetime.now(UTC)
-            async with self.store.db.writer() as session, session.begin():
-                row = await session.get(Task, task_uuid)
-                assert row is not None
-                row.status = target
-                row.updated_at = now
-                if target in lifecycle.FINISHED:
-                    row.completed_at = now
-                    row.final_token_count = head.context_tokens + row.tools_tokens + PER_PAYLOAD
-                    row.final_message_count = head.current_messages
-                if target == "failed":
-                    row.error_message = error_message
-                if source_dir != target_dir:
-                    # Moved inside the transaction: if the commit fails we move back; if the
-                    # process dies first, startup reconciliation moves it back.
-                    await asyncio.to_thread(layout.move, task_uuid, source_dir, target_dir)
-                    try:
-                        await session.flush()
-                    except BaseException:
-                        await asyncio.to_thread(layout.move, task_uuid, target_dir, source_dir)
-                        raise
+            moved = False
+            try:
+                async with self.store.db.writer() as session, session.begin():
+                    row = await session.get(Task, task_uuid)
+                    assert row is not None
+                    row.status = target
+                    row.updated_at = now
+                    if target in lifecycle.FINISHED:
+                        row.completed_at = now
+                        row.final_token_count = head.context_tokens + row.tools_tokens + PER_PAYLOAD
+                        row.final_message_count = head.current_messages
+                    if target == "failed":
+                        row.error_message = error_message
+                    if source_dir != target_dir:
+                        # Moved inside the transaction: if the commit fails we move back; if the
+                        # process dies first, startup reconciliation moves it back.
+                        await asyncio.to_thread(layout.move, task_uuid, source_dir, target_dir)
+                        moved = True
+            except BaseException:
+                if moved:
+                    await asyncio.to_thread(layout.move, task_uuid, target_dir, source_dir)
+                raise
             log.info("task %s: %s -> %s", task_uuid, task.status, target)
             return self.view(row, head)
 

@@ -1,0 +1,30 @@
+"""The budget (SPEC §6) and the lifecycle transition table, as pure functions."""
+
+import pytest
+
+from app.compaction.policy import budget_for, default_reserved_output
+from app.errors import Conflict
+from app.tasks.lifecycle import TRANSITIONS, next_status
+
+
+def test_budget_defaults() -> None:
+    assert default_reserved_output(128_000) == 8192
+    assert default_reserved_output(8_000) == 1600
+    budget = budget_for(128_000, 4096, buffer=0.1, condense_threshold=0.7)
+    assert budget.allowed == 115_200 - 4096
+    assert budget.threshold == 89_600
+    assert budget.next_action(0) == "none"
+    assert budget.next_action(89_600) == "condense"
+    assert budget.next_action(budget.allowed + 1) == "over_budget"
+
+
+@pytest.mark.parametrize("action", sorted(TRANSITIONS))
+@pytest.mark.parametrize("status", ["running", "paused", "completed", "failed"])
+def test_transition_table(action: str, status: str) -> None:
+    sources, target = TRANSITIONS[action]
+    if status in sources:
+        assert next_status(action, status) == target
+    else:
+        with pytest.raises(Conflict) as caught:
+            next_status(action, status)
+        assert caught.value.code == "invalid_transition"
