@@ -41,5 +41,8 @@ migrate: $(STAMP) ## create or upgrade the database in CONTEXT_DIR
 openapi: $(STAMP) ## regenerate openapi.yaml from the app
 	$(BIN)/context-service openapi > openapi.yaml
 
+bench: $(STAMP) ## run the benchmarks (writes bench/results/)
+	$(BIN)/python -m bench.payload_and_appends
+
 clean: ## remove .venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -138,10 +138,17 @@ class ContextStore:
 
     async def head(self, task_uuid: str) -> tuple[Task, HeadState]:
         async with self.locked(task_uuid) as task:
-            return task, await self.recovered_head(task)
+            recovery = await self._recover(task)
+            if recovery.changed:  # the repair moved the row's statistics: answer with them
+                async with self.db.reader() as session:
+                    task = await session.get(Task, task_uuid) or task
+            return task, recovery.head
 
     async def recovered_head(self, task: Task) -> HeadState:
         """The committed head, after repairing the files if needed. Hold the task lock."""
+        return (await self._recover(task)).head
+
+    async def _recover(self, task: Task) -> Recovery:
         async with self.db.reader() as session:
             head = await load_head(session, task.uuid)
         files = ContextFiles(self.task_dir(task))
@@ -150,7 +157,7 @@ class ContextStore:
         )
         if recovery.changed:
             await self._save(task.uuid, recovery, recovery.head, StatsDelta(), [])
-        return recovery.head
+        return recovery
 
     # -- appends --------------------------------------------------------------------------
 
@@ -260,7 +267,7 @@ class ContextStore:
     ) -> None:
         """Move the committed head and the task's statistics, in one transaction."""
         now = datetime.now(UTC)
-        async with self.db.writer() as session, session.begin():
+        async with self.db.transaction() as session:
             await session.execute(
                 update(ContextHead)
                 .where(ContextHead.task_uuid == task_uuid, ContextHead.thread_id == 0)

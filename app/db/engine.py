@@ -2,10 +2,15 @@
 
 On SQLite, writers open their transactions with BEGIN IMMEDIATE: a deferred transaction that
 reads and then writes can fail at once with SQLITE_BUSY when another process wrote in between,
-whereas IMMEDIATE waits for the lock (busy_timeout) and then succeeds.
+whereas IMMEDIATE waits for the lock (busy_timeout) and then succeeds. Within one process,
+write transactions also queue on an asyncio lock: SQLite takes one writer at a time anyway, and
+its busy handler waits by sleeping (up to 100 ms a turn), which an asyncio queue avoids.
 """
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import event
@@ -25,6 +30,18 @@ class Database:
     engine: AsyncEngine
     reader: async_sessionmaker[AsyncSession]
     writer: async_sessionmaker[AsyncSession]
+    serialize_writes: bool
+    _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """A write transaction, committed when the block ends without an exception."""
+        async with (
+            self._write_lock if self.serialize_writes else nullcontext(),
+            self.writer() as session,
+            session.begin(),
+        ):
+            yield session
 
     async def dispose(self) -> None:
         await self.engine.dispose()
@@ -57,4 +74,5 @@ def open_database(url: str) -> Database:
         engine=engine,
         reader=async_sessionmaker(engine, expire_on_commit=False),
         writer=async_sessionmaker(writer_engine, expire_on_commit=False),
+        serialize_writes=engine.dialect.name == "sqlite",
     )

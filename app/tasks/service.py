@@ -122,7 +122,7 @@ class TaskService:
         staging = layout.location_dir(".staging", task_uuid)
         head, stats = await asyncio.to_thread(self._write_initial_files, staging, task, body)
         task.total_messages = stats.messages
-        async with self.store.db.writer() as session, session.begin():
+        async with self.store.db.transaction() as session:
             session.add(task)
             await session.flush()  # the head's foreign key needs the task row first
             session.add(ContextHead(task_uuid=task_uuid, thread_id=0, **vars(head)))
@@ -202,7 +202,7 @@ class TaskService:
             now = datetime.now(UTC)
             moved = False
             try:
-                async with self.store.db.writer() as session, session.begin():
+                async with self.store.db.transaction() as session:
                     row = await session.get(Task, task_uuid)
                     assert row is not None
                     row.status = target
@@ -231,7 +231,7 @@ class TaskService:
             source = STATUS_DIRS[task.status]
             await asyncio.to_thread(layout.move, task_uuid, source, ".trash")
             try:
-                async with self.store.db.writer() as session, session.begin():
+                async with self.store.db.transaction() as session:
                     row = await session.get(Task, task_uuid)
                     await session.delete(row)
             except BaseException:
