@@ -41,15 +41,19 @@ class JournalService:
         append_bytes(path, dumps_line(record), fsync=fsync)
         return record
 
-    async def page(self, task_uuid: str, after: int, limit: int) -> list[dict[str, Any]]:
+    async def page(
+        self, task_uuid: str, after: int, limit: int
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """Up to ``limit`` records after ``after``, and whether more follow them."""
         async with self.store.locked(task_uuid) as task:
             path = self.store.task_dir(task) / self.file_name
             try:
                 handle = await asyncio.to_thread(open, path, "rb")
             except FileNotFoundError:
-                return []
+                return [], False
         try:
             end = await asyncio.to_thread(lambda: handle.seek(0, 2))
-            return await asyncio.to_thread(read_page, handle, self.key, after, limit, end)
+            records = await asyncio.to_thread(read_page, handle, self.key, after, limit + 1, end)
         finally:
             handle.close()
+        return records[:limit], len(records) > limit

@@ -25,8 +25,8 @@ async def list_plan_entries(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> PlanPage:
     """Planning history, oldest first, paginated by id."""
-    entries = await services.planning.page(uuid, after_id, limit)
+    entries, more = await services.planning.page(uuid, after_id, limit)
     return PlanPage(
         planning=[PlanEntry.model_validate(e) for e in entries],
-        next_after_id=entries[-1]["id"] if len(entries) == limit else None,
+        next_after_id=entries[-1]["id"] if more else None,
     )

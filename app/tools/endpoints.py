@@ -26,8 +26,8 @@ async def list_tool_records(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ToolRecordPage:
     """Tool execution records, paginated by seq."""
-    records = await services.tools.page(uuid, after_seq, limit)
+    records, more = await services.tools.page(uuid, after_seq, limit)
     return ToolRecordPage(
         tools=[ToolRecord.model_validate(r) for r in records],
-        next_after_seq=records[-1]["seq"] if len(records) == limit else None,
+        next_after_seq=records[-1]["seq"] if more else None,
     )
