@@ -72,7 +72,9 @@ def recover(files: ContextFiles, head: HeadState, *, fsync: bool, context: str) 
         )
     base = HeadState() if from_scratch else head
     accumulator = ContextAccumulator(base)
-    results, lines = _catch_up(files, accumulator, fsync=fsync, context=context)
+    results, lines = _catch_up(
+        files, accumulator, head.messages_bytes, fsync=fsync, context=context
+    )
 
     current_size = size_of(files.current)
     if not from_scratch and current_size >= base.current_bytes:
@@ -86,7 +88,7 @@ def recover(files: ContextFiles, head: HeadState, *, fsync: bool, context: str) 
         )
         if written != accumulator.head.current_bytes:  # cannot happen unless code changed
             raise RuntimeError(f"{context}: rebuilt current.jsonl has {written} bytes")
-    if accumulator.head.last_seq != base.last_seq:
+    if not from_scratch and accumulator.head.last_seq != base.last_seq:
         log.warning(
             "%s: recovered messages %d..%d that were written but not committed",
             context,
@@ -103,16 +105,22 @@ def recover(files: ContextFiles, head: HeadState, *, fsync: bool, context: str) 
 
 
 def _catch_up(
-    files: ContextFiles, accumulator: ContextAccumulator, *, fsync: bool, context: str
+    files: ContextFiles,
+    accumulator: ContextAccumulator,
+    committed: int,
+    *,
+    fsync: bool,
+    context: str,
 ) -> tuple[list[IdempotentResult], list[bytes]]:
     """Admit the whole batches past the head; cut everything from the first bad record."""
     results: list[IdempotentResult] = []
     lines: list[bytes] = []
-    for batch in _read_batches(files, accumulator.head, fsync=fsync, context=context):
+    batches = _read_batches(files, accumulator.head, committed, fsync=fsync, context=context)
+    for batch in batches:
         for record, record_line in batch:
             lines.append(accumulator.admit(record, record_line))
         first = batch[0][0]
-        if "idempotency_key" in first:
+        if "idempotency_key" in first and len(batch) == first.get("batch_size", 1):
             response = append_response([r for r, _ in batch], accumulator.head.context_tokens)
             results.append(
                 IdempotentResult(first["idempotency_key"], first["request_hash"], response)
@@ -124,12 +132,17 @@ Batch = list[tuple[dict[str, Any], bytes]]
 
 
 def _read_batches(
-    files: ContextFiles, head: HeadState, *, fsync: bool, context: str
+    files: ContextFiles, head: HeadState, committed: int, *, fsync: bool, context: str
 ) -> list[Batch]:
-    """Whole batches after the head, in order. A batch is acknowledged whole or not at all, so
-    a batch whose tail was lost is cut along with any torn or out-of-sequence line."""
+    """The records after the head, in batches; everything from the first bad line is cut.
+
+    Past the ``committed`` byte count nothing was acknowledged, and a batch is acknowledged
+    whole or not at all: there, a batch whose tail was lost is cut too. Below it (bytes lost
+    from a damaged file), every surviving record was acknowledged and is kept.
+    """
     batches: list[Batch] = []
     batch: Batch = []
+    kept = 0  # records of the unfinished batch that lie below `committed`
     remaining = 0
     expected_seq = head.last_seq + 1
     end = head.messages_bytes
@@ -148,9 +161,14 @@ def _read_batches(
         batch.append((record, line + b"\n"))
         remaining -= 1
         expected_seq += 1
+        line_end = offset + len(line) + 1
         if remaining == 0:
             batches.append(batch)
-            end = offset + len(line) + 1
+            batch, kept, end = [], 0, line_end
+        elif line_end <= committed:
+            kept, end = len(batch), line_end
+    if kept:
+        batches.append(batch[:kept])
     size = max(size_of(files.messages), 0)
     if end != size:
         log.warning("%s: cut %d torn bytes from messages.jsonl", context, size - end)

@@ -47,12 +47,14 @@ class JournalService:
         """Up to ``limit`` records after ``after``, and whether more follow them."""
         async with self.store.locked(task_uuid) as task:
             path = self.store.task_dir(task) / self.file_name
-            try:
-                handle = await asyncio.to_thread(open, path, "rb")
-            except FileNotFoundError:
+            # Under the lock, cut a torn tail so that `end` is a line boundary.
+            end = await asyncio.to_thread(
+                repair_tail, path, fsync=self.store.fsync, context=task_uuid
+            )
+            if end <= 0:
                 return [], False
+            handle = await asyncio.to_thread(open, path, "rb")
         try:
-            end = await asyncio.to_thread(lambda: handle.seek(0, 2))
             records = await asyncio.to_thread(read_page, handle, self.key, after, limit + 1, end)
         finally:
             handle.close()

@@ -240,7 +240,6 @@ class TaskService:
             await asyncio.to_thread(
                 shutil.rmtree, layout.location_dir(".trash", task_uuid), ignore_errors=True
             )
-            layout.lock_path(task_uuid).unlink(missing_ok=True)
         log.info("task %s: deleted", task_uuid)
 
 

@@ -299,3 +299,21 @@ async def test_an_exactly_full_last_page_says_no_more(
     plans = await client.get(f"/tasks/{uuid}/planning", params={"after_id": 2, "limit": 2})
     assert [e["id"] for e in plans.json()["planning"]] == [3, 4]
     assert plans.json()["next_after_id"] is None
+
+
+async def test_a_torn_journal_tail_is_cut_not_a_500(
+    client: httpx.AsyncClient, task: dict[str, Any], context_dir: Path
+) -> None:
+    """A crash mid-write leaves half a line in tools.jsonl: reads cut it, numbering goes on."""
+    uuid = task["uuid"]
+    for n in range(3):
+        await client.post(f"/tasks/{uuid}/tools", json={"tool": f"t{n}"})
+    path = task_dir(context_dir, uuid) / "tools.jsonl"
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"seq": 4, "tool": "l')
+    for after in (0, 2, 3):
+        page = await client.get(f"/tasks/{uuid}/tools", params={"after_seq": after})
+        assert page.status_code == 200
+    assert path.read_bytes() == good
+    added = await client.post(f"/tasks/{uuid}/tools", json={"tool": "next"})
+    assert added.json()["seq"] == 4

@@ -611,7 +611,8 @@ async def test_delete_removes_row_and_directory(
     assert response.status_code == 204
     assert response.content == b""
     assert locations(context_dir, task_uuid) == []
-    assert paths_naming(context_dir, task_uuid) == []
+    # Only the empty lock file stays: unlinking it could let two processes hold "the" lock.
+    assert paths_naming(context_dir, task_uuid) == [context_dir / ".locks" / f"{task_uuid}.lock"]
     assert_error(await client.get(f"/tasks/{task_uuid}"), 404, "task_not_found")
     assert_error(await client.get(f"/tasks/{task_uuid}/messages"), 404, "task_not_found")
     assert_error(await client.delete(f"/tasks/{task_uuid}"), 404, "task_not_found")

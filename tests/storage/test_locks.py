@@ -1,0 +1,212 @@
+"""TaskLocks: one holder per task uuid, among coroutines and among processes."""
+
+import asyncio
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+import uuid as uuid_module
+from pathlib import Path
+
+import pytest
+
+from app.storage.layout import Layout
+from app.storage.locks import TaskLocks
+from tests.conftest import REPO
+
+TASK = str(uuid_module.uuid4())
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    layout = Layout(tmp_path / "contexts")
+    layout.ensure()
+    return layout
+
+
+async def test_mutual_exclusion_between_coroutines(layout: Layout) -> None:
+    """Many coroutines doing read-await-write on a shared counter under the lock never lose an
+    update and are never two inside at once; afterwards no lock entry is left."""
+    locks = TaskLocks(layout)
+    counter = 0
+    inside = 0
+    most_inside = 0
+
+    async def bump(i: int) -> None:
+        nonlocal counter, inside, most_inside
+        async with locks.hold(TASK):
+            inside += 1
+            most_inside = max(most_inside, inside)
+            value = counter
+            await asyncio.sleep(0 if i % 2 else 0.001)
+            counter = value + 1
+            inside -= 1
+
+    await asyncio.wait_for(asyncio.gather(*(bump(i) for i in range(60))), timeout=60)
+    assert counter == 60
+    assert most_inside == 1
+    assert locks._entries == {}
+
+
+async def test_different_tasks_do_not_block_each_other(layout: Layout) -> None:
+    """Holding one task's lock does not delay another task's."""
+    locks = TaskLocks(layout)
+    other = str(uuid_module.uuid4())
+    async with locks.hold(TASK):
+        # Would time out (not hang) if the two uuids shared a lock.
+        await asyncio.wait_for(_in_other(locks, other, {TASK, other}), timeout=30)
+    assert locks._entries == {}
+
+
+async def _in_other(locks: TaskLocks, task_uuid: str, expected: set[str]) -> None:
+    async with locks.hold(task_uuid):
+        assert set(locks._entries) == expected
+
+
+async def test_lock_released_on_error_and_on_cancelled_waiter(layout: Layout) -> None:
+    """An exception inside the critical section releases the lock; a waiter cancelled while
+    queued leaves no entry behind and does not block the next holder."""
+    locks = TaskLocks(layout)
+    with pytest.raises(RuntimeError):
+        async with locks.hold(TASK):
+            raise RuntimeError("inside")
+    assert locks._entries == {}
+
+    held = asyncio.Event()
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with locks.hold(TASK):
+            held.set()
+            await release.wait()
+
+    async def waiter() -> None:
+        async with locks.hold(TASK):
+            pytest.fail("the cancelled waiter must never get the lock")
+
+    holding = asyncio.create_task(holder())
+    await held.wait()
+    waiting = asyncio.create_task(waiter())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert locks._entries[TASK].users == 2
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert locks._entries[TASK].users == 1
+    release.set()
+    await holding
+    assert locks._entries == {}
+    async with locks.hold(TASK):  # still usable
+        pass
+    assert locks._entries == {}
+
+
+async def test_waiting_on_another_process_does_not_block_the_loop(layout: Layout) -> None:
+    """While another process holds the flock, a waiter sleeps on the event loop (other
+    coroutines keep running) and can be cancelled without leaking its entry."""
+    fd = os.open(layout.lock_path(TASK), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    locks = TaskLocks(layout)
+    try:
+        waiting = asyncio.create_task(_hold_briefly(locks))
+        ticks = 0
+        for _ in range(20):
+            await asyncio.sleep(0.001)
+            ticks += 1
+        assert ticks == 20
+        assert not waiting.done()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert locks._entries == {}
+    finally:
+        os.close(fd)
+    await asyncio.wait_for(_hold_briefly(locks), timeout=30)  # free again
+    assert locks._entries == {}
+
+
+async def _hold_briefly(locks: TaskLocks) -> None:
+    async with locks.hold(TASK):
+        await asyncio.sleep(0)
+
+
+# -- across processes ---------------------------------------------------------------------
+
+WORKER = textwrap.dedent(
+    """
+    import asyncio, os, sys, time
+    from pathlib import Path
+    from app.storage.layout import Layout
+    from app.storage.locks import TaskLocks
+
+    root, task, log, go, rounds = sys.argv[1:6]
+
+    def write(text):
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, text.encode())
+        os.close(fd)
+
+    async def main():
+        locks = TaskLocks(Layout(Path(root)))
+        while not os.path.exists(go):
+            await asyncio.sleep(0.005)
+        for i in range(int(rounds)):
+            async with locks.hold(task):
+                write(f"start {os.getpid()} {i}\\n")
+                await asyncio.sleep(0.01)
+                write(f"end {os.getpid()} {i}\\n")
+            await asyncio.sleep(0)
+        assert not locks._entries
+
+    asyncio.run(main())
+    """
+)
+
+
+def _spawn(layout: Layout, log: Path, go: Path, rounds: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [str(layout.root), TASK, str(log), str(go), str(rounds)]
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER, *args], env=env, cwd=REPO, stderr=subprocess.PIPE
+    )
+
+
+def _wait_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr.decode()
+
+
+async def test_mutual_exclusion_between_processes(layout: Layout, tmp_path: Path) -> None:
+    """Three processes each take the same task's lock repeatedly and write a start and an end
+    line with a sleep in between: the log never interleaves two holders."""
+    log, go, rounds = tmp_path / "log.txt", tmp_path / "go", 8
+    processes = [_spawn(layout, log, go, rounds) for _ in range(3)]
+    go.touch()  # all start together
+    await asyncio.to_thread(_wait_all, processes)
+
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 * rounds * len(processes)
+    for start, end in zip(lines[::2], lines[1::2], strict=True):
+        kind, pid, i = start.split()
+        assert kind == "start"
+        assert end == f"end {pid} {i}", lines
+    pids = {line.split()[1] for line in lines}
+    assert pids == {str(p.pid) for p in processes}
+
+
+async def test_process_waits_while_this_process_holds(layout: Layout, tmp_path: Path) -> None:
+    """A process cannot get the lock while a coroutine here holds it; it gets it once the
+    holder lets go."""
+    log, go = tmp_path / "log.txt", tmp_path / "go"
+    locks = TaskLocks(layout)
+    async with locks.hold(TASK):
+        process = _spawn(layout, log, go, 1)
+        go.touch()
+        await asyncio.sleep(0.3)  # the worker is free to try for a while
+        assert not log.exists() or log.read_text() == ""
+    await asyncio.to_thread(_wait_all, [process])
+    assert log.read_text().split("\n")[0].startswith("start")
+    assert locks._entries == {}
