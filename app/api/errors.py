@@ -59,6 +59,9 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+        # FastAPI's generic 400 for a body it could not decode: malformed JSON like any other.
+        return JSONResponse(error_payload("invalid_json", "the body is not UTF-8 JSON"), 422)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return JSONResponse(error_payload(code, str(exc.detail)), exc.status_code, headers=exc.headers)
 

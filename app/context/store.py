@@ -204,9 +204,10 @@ class ContextStore:
                 known = await load_idempotency_keys(session, task_uuid, keys)
             files = ContextFiles(self.task_dir(task))
             outcome = await asyncio.to_thread(self._write_group, files, head, group, known)
-            await self._save(
-                task_uuid, outcome.recovery, outcome.head, outcome.stats, outcome.new_keys
-            )
+            if outcome.recovery.changed or outcome.head != head:  # refusals change nothing
+                await self._save(
+                    task_uuid, outcome.recovery, outcome.head, outcome.stats, outcome.new_keys
+                )
         for pending, result in zip(group, outcome.results, strict=True):
             if isinstance(result, AppError):
                 pending.future.set_exception(result)
