@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 import orjson
-from sqlalchemy import select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
@@ -55,6 +55,14 @@ class Snapshot:
 
     def close(self) -> None:
         self.handle.close()
+
+
+@dataclass(frozen=True)
+class LockedTask:
+    """A task while its lock is held: the row and the head as committed in the database."""
+
+    task: Task
+    head: HeadState
 
 
 @dataclass
@@ -99,15 +107,27 @@ class ContextStore:
     # -- locking and lookup ---------------------------------------------------------------
 
     @asynccontextmanager
-    async def locked(self, task_uuid: str) -> AsyncIterator[Task]:
-        """Hold the task lock; yield its row, with its directory where its status says."""
+    async def locked(self, task_uuid: str) -> AsyncIterator[LockedTask]:
+        """Hold the task lock; yield its row and committed head, its directory in place."""
         async with self.locks.hold(task_uuid):
             async with self.db.reader() as session:
-                task = await session.get(Task, task_uuid)
-            if task is None:
+                row = (
+                    await session.execute(
+                        select(Task, ContextHead)
+                        .outerjoin(
+                            ContextHead,
+                            and_(ContextHead.task_uuid == Task.uuid, ContextHead.thread_id == 0),
+                        )
+                        .where(Task.uuid == task_uuid)
+                    )
+                ).first()
+            if row is None:
                 raise TaskNotFound(task_uuid)
+            task, head = row
+            if head is None:
+                raise StorageError(f"task {task_uuid} has no context head", code="head_missing")
             await asyncio.to_thread(self._ensure_directory, task)
-            yield task
+            yield LockedTask(task, _head_state(head))
 
     def task_dir(self, task: Task) -> Path:
         return self.layout.task_dir(task.status, task.uuid)
@@ -130,30 +150,30 @@ class ContextStore:
 
     async def snapshot(self, task_uuid: str, file_name: Literal["messages", "current"]) -> Snapshot:
         """Open a committed view of ``messages`` or ``current``; the caller closes it."""
-        async with self.locked(task_uuid) as task:
-            head = await self.recovered_head(task)
-            directory = self.task_dir(task)
+        async with self.locked(task_uuid) as locked:
+            head = await self.recovered_head(locked)
+            directory = self.task_dir(locked.task)
             handle, metadata = await asyncio.to_thread(_open_snapshot, directory, file_name)
-        return Snapshot(task=task, head=head, handle=handle, metadata=metadata)
+        return Snapshot(task=locked.task, head=head, handle=handle, metadata=metadata)
 
     async def head(self, task_uuid: str) -> tuple[Task, HeadState]:
-        async with self.locked(task_uuid) as task:
-            recovery = await self._recover(task)
+        async with self.locked(task_uuid) as locked:
+            recovery = await self._recover(locked)
+            task = locked.task
             if recovery.changed:  # the repair moved the row's statistics: answer with them
                 async with self.db.reader() as session:
                     task = await session.get(Task, task_uuid) or task
             return task, recovery.head
 
-    async def recovered_head(self, task: Task) -> HeadState:
+    async def recovered_head(self, locked: LockedTask) -> HeadState:
         """The committed head, after repairing the files if needed. Hold the task lock."""
-        return (await self._recover(task)).head
+        return (await self._recover(locked)).head
 
-    async def _recover(self, task: Task) -> Recovery:
-        async with self.db.reader() as session:
-            head = await load_head(session, task.uuid)
+    async def _recover(self, locked: LockedTask) -> Recovery:
+        task = locked.task
         files = ContextFiles(self.task_dir(task))
         recovery = await asyncio.to_thread(
-            recover, files, head, fsync=self.fsync, context=f"task {task.uuid}"
+            recover, files, locked.head, fsync=self.fsync, context=f"task {task.uuid}"
         )
         if recovery.changed:
             await self._save(task.uuid, recovery, recovery.head, StatsDelta(), [])
@@ -191,7 +211,8 @@ class ContextStore:
             del self._drainers[task_uuid]
 
     async def _commit_group(self, task_uuid: str, group: list[_PendingAppend]) -> None:
-        async with self.locked(task_uuid) as task:
+        async with self.locked(task_uuid) as locked:
+            task, head = locked.task, locked.head
             if task.status != "running":
                 raise Conflict(
                     f"task {task_uuid} is {task.status}: only running tasks take messages",
@@ -199,9 +220,10 @@ class ContextStore:
                     details={"uuid": task_uuid, "status": task.status},
                 )
             keys = [p.idempotency_key for p in group if p.idempotency_key]
-            async with self.db.reader() as session:
-                head = await load_head(session, task_uuid)
-                known = await load_idempotency_keys(session, task_uuid, keys)
+            known = {}
+            if keys:
+                async with self.db.reader() as session:
+                    known = await load_idempotency_keys(session, task_uuid, keys)
             files = ContextFiles(self.task_dir(task))
             outcome = await asyncio.to_thread(self._write_group, files, head, group, known)
             if outcome.recovery.changed or outcome.head != head:  # refusals change nothing
@@ -269,12 +291,14 @@ class ContextStore:
         """Move the committed head and the task's statistics, in one transaction."""
         now = datetime.now(UTC)
         async with self.db.transaction() as session:
-            await session.execute(
+            # Core statements on the connection: the ORM's DML bookkeeping costs as much again.
+            connection = await session.connection()
+            await connection.execute(
                 update(ContextHead)
                 .where(ContextHead.task_uuid == task_uuid, ContextHead.thread_id == 0)
                 .values(**dataclasses.asdict(head))
             )
-            await session.execute(
+            await connection.execute(
                 update(Task)
                 .where(Task.uuid == task_uuid)
                 .values(updated_at=now, **_stats_values(recovery, stats))
@@ -327,10 +351,7 @@ def _stats_values(recovery: Recovery, stats: StatsDelta) -> dict[str, Any]:
     }
 
 
-async def load_head(session: AsyncSession, task_uuid: str, thread_id: int = 0) -> HeadState:
-    row = await session.get(ContextHead, (task_uuid, thread_id))
-    if row is None:
-        raise StorageError(f"task {task_uuid} has no context head", code="context_head_missing")
+def _head_state(row: ContextHead) -> HeadState:
     return HeadState(
         last_seq=row.last_seq,
         messages_bytes=row.messages_bytes,

@@ -22,7 +22,8 @@ class JournalService:
         self.time_field = time_field
 
     async def append(self, task_uuid: str, fields: dict[str, Any]) -> dict[str, Any]:
-        async with self.store.locked(task_uuid) as task:
+        async with self.store.locked(task_uuid) as locked:
+            task = locked.task
             if task.status != "running":
                 raise Conflict(
                     f"task {task_uuid} is {task.status}: only running tasks take records",
@@ -45,8 +46,8 @@ class JournalService:
         self, task_uuid: str, after: int, limit: int
     ) -> tuple[list[dict[str, Any]], bool]:
         """Up to ``limit`` records after ``after``, and whether more follow them."""
-        async with self.store.locked(task_uuid) as task:
-            path = self.store.task_dir(task) / self.file_name
+        async with self.store.locked(task_uuid) as locked:
+            path = self.store.task_dir(locked.task) / self.file_name
             # Under the lock, cut a torn tail so that `end` is a line boundary.
             end = await asyncio.to_thread(
                 repair_tail, path, fsync=self.store.fsync, context=task_uuid

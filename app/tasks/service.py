@@ -195,9 +195,10 @@ class TaskService:
         self, task_uuid: str, action: str, *, error_message: str | None = None
     ) -> TaskView:
         layout = self.store.layout
-        async with self.store.locked(task_uuid) as task:
+        async with self.store.locked(task_uuid) as locked:
+            task = locked.task
             target = lifecycle.next_status(action, task.status)
-            head = await self.store.recovered_head(task)
+            head = await self.store.recovered_head(locked)
             source_dir, target_dir = STATUS_DIRS[task.status], STATUS_DIRS[target]
             now = datetime.now(UTC)
             moved = False
@@ -227,8 +228,8 @@ class TaskService:
 
     async def delete(self, task_uuid: str) -> None:
         layout = self.store.layout
-        async with self.store.locked(task_uuid) as task:
-            source = STATUS_DIRS[task.status]
+        async with self.store.locked(task_uuid) as locked:
+            source = STATUS_DIRS[locked.task.status]
             await asyncio.to_thread(layout.move, task_uuid, source, ".trash")
             try:
                 async with self.store.db.transaction() as session:
