@@ -30,7 +30,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * MiB, ge=1024, description="Largest accepted request body.")
     max_message_bytes: int = Field(8 * MiB, ge=256, description="Largest single message.")
     max_batch_messages: int = Field(1000, ge=1, description="Most messages in one POST.")
-    max_page_size: int = Field(1000, ge=1, description="Largest `limit` on paginated reads.")
+    max_page_bytes: int = Field(
+        8 * MiB, ge=1024, description="A history page stops after this many bytes of records."
+    )
 
     default_context_length: int = Field(128_000, ge=1024)
     context_buffer: float = Field(0.1, ge=0, lt=1, description="Share of the window kept free.")

@@ -50,8 +50,20 @@ def build_services(settings: Settings, db: Database, layout: Layout) -> Services
         store=store,
         tasks=tasks,
         messages=MessageService(store, settings),
-        tools=JournalService(store, file_name=TOOLS, key="seq", time_field="timestamp"),
-        planning=JournalService(store, file_name=PLANNING, key="id", time_field="created_at"),
+        tools=JournalService(
+            store,
+            file_name=TOOLS,
+            key="seq",
+            time_field="timestamp",
+            max_page_bytes=settings.max_page_bytes,
+        ),
+        planning=JournalService(
+            store,
+            file_name=PLANNING,
+            key="id",
+            time_field="created_at",
+            max_page_bytes=settings.max_page_bytes,
+        ),
         payloads=PayloadService(store, tasks),
     )
 

@@ -15,11 +15,20 @@ class JournalService:
     ``time_field`` names the record's timestamp as its seed does.
     """
 
-    def __init__(self, store: ContextStore, *, file_name: str, key: str, time_field: str) -> None:
+    def __init__(
+        self,
+        store: ContextStore,
+        *,
+        file_name: str,
+        key: str,
+        time_field: str,
+        max_page_bytes: int,
+    ) -> None:
         self.store = store
         self.file_name = file_name
         self.key = key
         self.time_field = time_field
+        self.max_page_bytes = max_page_bytes
 
     async def append(self, task_uuid: str, fields: dict[str, Any]) -> dict[str, Any]:
         async with self.store.locked(task_uuid) as locked:
@@ -54,9 +63,13 @@ class JournalService:
             )
             if end <= 0:
                 return [], False
+            last = await asyncio.to_thread(last_record, path)
             handle = await asyncio.to_thread(open, path, "rb")
         try:
-            records = await asyncio.to_thread(read_page, handle, self.key, after, limit + 1, end)
+            records = await asyncio.to_thread(
+                read_page, handle, self.key, after, limit, end, self.max_page_bytes
+            )
         finally:
             handle.close()
-        return records[:limit], len(records) > limit
+        more = bool(records) and last is not None and records[-1][self.key] < last[self.key]
+        return records, more

@@ -34,7 +34,13 @@ class MessageService:
         snapshot = await self.store.snapshot(task_uuid, "messages")
         try:
             records = await asyncio.to_thread(
-                read_page, snapshot.handle, "seq", after_seq, limit, snapshot.head.messages_bytes
+                read_page,
+                snapshot.handle,
+                "seq",
+                after_seq,
+                limit,
+                snapshot.head.messages_bytes,
+                self.settings.max_page_bytes,
             )
         finally:
             snapshot.close()

@@ -102,9 +102,16 @@ def iter_lines(
             offset += len(line) + 1
 
 
-def read_page(f: BinaryIO, key: str, after: int, limit: int, end: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` records with ``key`` > ``after`` from [0, end) of an open file."""
+def read_page(
+    f: BinaryIO, key: str, after: int, limit: int, end: int, max_bytes: int | None = None
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` records with ``key`` > ``after`` from [0, end) of an open file.
+
+    With ``max_bytes`` the page also stops once it holds that many bytes of records (it always
+    holds at least one), so a page of huge records stays small in memory.
+    """
     records: list[dict[str, Any]] = []
+    size = 0
     if limit <= 0:
         return records
     for _, line in iter_lines(f, offset_after_seq(f, key, after, end), end):
@@ -112,7 +119,8 @@ def read_page(f: BinaryIO, key: str, after: int, limit: int, end: int) -> list[d
             records.append(orjson.loads(line))
         except orjson.JSONDecodeError:
             break  # a line still being written
-        if len(records) == limit:
+        size += len(line)
+        if len(records) == limit or (max_bytes is not None and size >= max_bytes):
             break
     return records
 
