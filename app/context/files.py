@@ -15,17 +15,23 @@ from typing import Any
 
 import orjson
 
+from app.context import effective
+from app.context.effective import is_marker
 from app.context.records import (
     ContextAccumulator,
     HeadState,
     IdempotentResult,
     StatsDelta,
+    advance_tool_calls,
+    count_record,
     current_line,
 )
 from app.storage.jsonl import append_bytes, iter_lines, size_of, truncate, write_atomic
 from app.storage.layout import CURRENT, MESSAGES
 
 log = logging.getLogger(__name__)
+
+MARKER = b'"marker":'  # cheap pre-filter: only lines holding it can be marker records
 
 
 @dataclass(frozen=True)
@@ -71,61 +77,98 @@ def recover(files: ContextFiles, head: HeadState, *, fsync: bool, context: str) 
             head.messages_bytes,
         )
     base = HeadState() if from_scratch else head
-    accumulator = ContextAccumulator(base)
-    results, lines = _catch_up(
-        files, accumulator, head.messages_bytes, fsync=fsync, context=context
-    )
-
-    current_size = size_of(files.current)
-    if not from_scratch and current_size >= base.current_bytes:
-        if current_size > base.current_bytes:
-            truncate(files.current, base.current_bytes, fsync=fsync)
-        append_bytes(files.current, b"".join(lines), fsync=fsync)
-    else:
-        log.warning("%s: current.jsonl is missing or short: rebuilding it", context)
-        written = write_atomic(
-            files.current, current_lines(files, accumulator.head.messages_bytes), fsync=fsync
-        )
-        if written != accumulator.head.current_bytes:  # cannot happen unless code changed
-            raise RuntimeError(f"{context}: rebuilt current.jsonl has {written} bytes")
-    if not from_scratch and accumulator.head.last_seq != base.last_seq:
+    batches = _read_batches(files, base, head.messages_bytes, fsync=fsync, context=context)
+    records = [record for batch in batches for record, _ in batch]
+    if records and not from_scratch:
         log.warning(
             "%s: recovered messages %d..%d that were written but not committed",
             context,
-            base.last_seq + 1,
-            accumulator.head.last_seq,
+            records[0]["seq"],
+            records[-1]["seq"],
         )
-    return Recovery(
-        head=accumulator.head,
-        stats=accumulator.stats,
-        stats_are_totals=from_scratch,
-        idempotent_results=results,
-        changed=True,
-    )
-
-
-def _catch_up(
-    files: ContextFiles,
-    accumulator: ContextAccumulator,
-    committed: int,
-    *,
-    fsync: bool,
-    context: str,
-) -> tuple[list[IdempotentResult], list[bytes]]:
-    """Admit the whole batches past the head; cut everything from the first bad record."""
-    results: list[IdempotentResult] = []
+    current_size = size_of(files.current)
+    if from_scratch or current_size < base.current_bytes or any(map(is_marker, records)):
+        if not from_scratch and current_size < base.current_bytes:
+            log.warning("%s: current.jsonl is missing or short: rebuilding it", context)
+        new_head, totals = rebuild(files, fsync=fsync)
+        stats = totals if from_scratch else _stats_of(records)
+        results = _idempotent_results(batches, new_head.context_tokens)
+        return Recovery(new_head, stats, from_scratch, results, changed=True)
+    accumulator = ContextAccumulator(base)
     lines: list[bytes] = []
-    batches = _read_batches(files, accumulator.head, committed, fsync=fsync, context=context)
+    results = []
     for batch in batches:
-        for record, record_line in batch:
-            lines.append(accumulator.admit(record, record_line))
+        lines += [accumulator.admit(record, line) for record, line in batch]
+        results += _idempotent_results([batch], accumulator.head.context_tokens)
+    if current_size > base.current_bytes:
+        truncate(files.current, base.current_bytes, fsync=fsync)
+    append_bytes(files.current, b"".join(lines), fsync=fsync)
+    return Recovery(accumulator.head, accumulator.stats, False, results, changed=True)
+
+
+def rebuild(files: ContextFiles, *, fsync: bool) -> tuple[HeadState, StatsDelta]:
+    """Write current.jsonl anew from messages.jsonl alone; return the head and the totals."""
+    render = CurrentRender(files)
+    write_atomic(files.current, iter(render), fsync=fsync)
+    return render.head, render.totals
+
+
+class CurrentRender:
+    """The current.jsonl that messages.jsonl implies, streamed in chunks (SPEC §3.2).
+
+    Two passes over messages.jsonl: the first collects the (few) marker records, the second
+    yields the visible records' lines. Once iterated, ``head`` and ``totals`` are complete.
+    """
+
+    def __init__(self, files: ContextFiles) -> None:
+        self.files = files
+        self.head = HeadState()
+        self.totals = StatsDelta()
+
+    def __iter__(self) -> Iterator[bytes]:
+        messages = self.files.messages
+        markers = [orjson.loads(line) for _, line in iter_lines(messages) if MARKER in line]
+        active = effective.plan(m for m in markers if is_marker(m))
+        head = self.head
+        buffer: list[bytes] = []
+        for record in effective.visible(self._records(), active):
+            line = current_line(record)
+            head.current_bytes += len(line)
+            head.current_messages += 1
+            head.context_tokens += record["tokens"]
+            advance_tool_calls(head.open_tool_calls, record)
+            buffer.append(line)
+            if len(buffer) >= 256:
+                yield b"".join(buffer)
+                buffer = []
+        yield b"".join(buffer)
+
+    def _records(self) -> Iterator[dict[str, Any]]:
+        for _, line in iter_lines(self.files.messages):
+            record: dict[str, Any] = orjson.loads(line)
+            self.head.last_seq = record["seq"]
+            self.head.messages_bytes += len(line) + 1
+            count_record(self.totals, record)
+            yield record
+
+
+def _stats_of(records: list[dict[str, Any]]) -> StatsDelta:
+    stats = StatsDelta()
+    for record in records:
+        count_record(stats, record)
+    return stats
+
+
+def _idempotent_results(batches: list["Batch"], context_tokens: int) -> list[IdempotentResult]:
+    results = []
+    for batch in batches:
         first = batch[0][0]
         if "idempotency_key" in first and len(batch) == first.get("batch_size", 1):
-            response = append_response([r for r, _ in batch], accumulator.head.context_tokens)
+            response = append_response([r for r, _ in batch], context_tokens)
             results.append(
                 IdempotentResult(first["idempotency_key"], first["request_hash"], response)
             )
-    return results, lines
+    return results
 
 
 Batch = list[tuple[dict[str, Any], bytes]]
@@ -183,21 +226,6 @@ def append_response(records: list[dict[str, Any]], context_tokens: int) -> dict[
         "context_tokens": context_tokens,
         "compaction_scheduled": False,
     }
-
-
-def current_lines(files: ContextFiles, end: int) -> Iterator[bytes]:
-    """The current.jsonl that messages.jsonl[0:end] implies, in chunks."""
-    buffer: list[bytes] = []
-    size = 0
-    for _, line in iter_lines(files.messages, 0, end):
-        out = current_line(orjson.loads(line))
-        buffer.append(out)
-        size += len(out)
-        if size >= 1 << 20:
-            yield b"".join(buffer)
-            buffer, size = [], 0
-    if buffer:
-        yield b"".join(buffer)
 
 
 def write_group(

@@ -99,15 +99,8 @@ class ContextAccumulator:
         head.current_bytes += len(line)
         head.current_messages += 1
         head.context_tokens += record["tokens"]
-        _advance_tool_calls(head.open_tool_calls, record)
-        self.stats.messages += 1
-        if record["role"] == "assistant":
-            self.stats.tool_calls += len(record.get("tool_calls") or ())
-            usage = record.get("usage")
-            if isinstance(usage, dict):
-                self.stats.llm_calls += 1
-                self.stats.usage_tokens += int(usage.get("prompt_tokens") or 0)
-                self.stats.usage_tokens += int(usage.get("completion_tokens") or 0)
+        advance_tool_calls(head.open_tool_calls, record)
+        count_record(self.stats, record)
         return line
 
     def prepare(
@@ -139,9 +132,23 @@ class ContextAccumulator:
                     code="message_too_large",
                     details={"index": index, "bytes": len(line), "limit": max_message_bytes},
                 )
-            _advance_tool_calls(open_calls, record)
+            advance_tool_calls(open_calls, record)
             prepared.append((record, line))
         return prepared
+
+
+def count_record(stats: StatsDelta, record: dict[str, Any]) -> None:
+    """Add a message record to the task statistics (markers are not messages)."""
+    if "marker" in record:
+        return
+    stats.messages += 1
+    if record["role"] == "assistant":
+        stats.tool_calls += len(record.get("tool_calls") or ())
+        usage = record.get("usage")
+        if isinstance(usage, dict):
+            stats.llm_calls += 1
+            stats.usage_tokens += int(usage.get("prompt_tokens") or 0)
+            stats.usage_tokens += int(usage.get("completion_tokens") or 0)
 
 
 def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: int) -> None:
@@ -165,7 +172,7 @@ def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: i
         )
 
 
-def _advance_tool_calls(open_calls: list[list[str]], record: dict[str, Any]) -> None:
+def advance_tool_calls(open_calls: list[list[str]], record: dict[str, Any]) -> None:
     if record["role"] == "tool":
         for i, call in enumerate(open_calls):
             if call[0] == record.get("tool_call_id"):

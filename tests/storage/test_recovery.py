@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from app.context.files import ContextFiles, current_lines
+from app.context.files import ContextFiles, CurrentRender
 from app.context.records import openai_message
 from tests.conftest import CORPUS, task_body
 from tests.storage.support import (
@@ -509,8 +509,7 @@ async def test_rebuilt_current_equals_live_on_corpus_replay(
     live = (directory / "current.jsonl").read_bytes()
     assert [orjson.loads(line) for line in live.splitlines()] == [_as_openai(m) for m in messages]
     files = ContextFiles(directory)
-    size = files.messages.stat().st_size
-    assert b"".join(current_lines(files, size)) == live
+    assert b"".join(CurrentRender(files)) == live
 
     payload = await get_json(client, f"/tasks/{uuid}/request")
     files.current.unlink()
