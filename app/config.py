@@ -5,13 +5,38 @@ Everything comes from environment variables (names are case-insensitive, e.g. ``
 SQLite in ``./contexts`` and a bind on 127.0.0.1:8080.
 """
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
+
+ChatBackendKind = Literal["openai", "ollama", "anthropic"]
+# Names a request may not give to a named backend: "default" is LLM_BACKEND's, "extractive" is
+# the embedded summarizer that needs no backend at all.
+RESERVED_BACKEND_NAMES = frozenset({"default", "extractive"})
+_BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+class LLMBackendConfig(BaseModel):
+    """One named chat backend in ``LLM_BACKENDS`` (a JSON object: name -> this).
+
+    Unset ``timeout_s``, ``max_retries`` and ``window`` take the global ``LLM_TIMEOUT_S``,
+    ``LLM_MAX_RETRIES`` and ``LLM_WINDOW``; an empty ``base_url`` takes the kind's usual one.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: ChatBackendKind
+    base_url: str = ""
+    model: str = Field(min_length=1)
+    api_key: SecretStr | None = None
+    timeout_s: float | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0, le=10)
+    window: int | None = Field(None, ge=256)
 
 
 class Settings(BaseSettings):
@@ -37,9 +62,49 @@ class Settings(BaseSettings):
     default_context_length: int = Field(128_000, ge=1024)
     context_buffer: float = Field(0.1, ge=0, lt=1, description="Share of the window kept free.")
     condense_threshold: float = Field(0.7, gt=0, le=1)
+    keep_recent: int = Field(5, ge=1, description="Messages a condense always keeps at the end.")
+    min_to_compress: int = Field(5, ge=1, description="Fewer messages than this: no condense.")
+    condense_prompt: str = Field(
+        "", description="Summary prompt; empty: seed 002's. With {messages}: seed 001's style."
+    )
+    condense_backend: str = Field(
+        "", description="Named LLM backend for condensing; empty: the default backend."
+    )
+    summary_max_tokens: int = Field(2000, ge=64, description="Longest summary asked for.")
+    request_condense_timeout_s: float = Field(
+        20.0, gt=0, description="How long GET /request waits for a condense before truncating."
+    )
 
     io_threads: int = Field(16, ge=2, description="Threads for blocking file I/O.")
     log_level: str = "INFO"
+
+    # LLM backends (app/llm/). "extractive" (the default) needs no network and no chat backend.
+    llm_backend: Literal["extractive", "openai", "ollama", "anthropic"] = "extractive"
+    llm_base_url: str = Field("", description="Empty: the kind's usual URL (see app/llm/).")
+    llm_model: str = ""
+    llm_api_key: SecretStr | None = None
+    llm_timeout_s: float = Field(60.0, gt=0, description="Per attempt, not per call.")
+    llm_max_retries: int = Field(2, ge=0, le=10, description="Attempts = 1 + retries.")
+    llm_retry_backoff_s: float = Field(
+        0.5, ge=0, description="First wait between attempts; doubles each time."
+    )
+    llm_retry_backoff_max_s: float = Field(8.0, ge=0, description="Longest wait between attempts.")
+    llm_window: int = Field(32_768, ge=256, description="The backend model's own context window.")
+    llm_backends: dict[str, LLMBackendConfig] = Field(
+        default_factory=dict, description="Named backends a request may choose: JSON object."
+    )
+
+    @model_validator(mode="after")
+    def _check_llm(self) -> Self:
+        if self.llm_backend != "extractive" and not self.llm_model:
+            raise ValueError(f"LLM_MODEL must be set when LLM_BACKEND is {self.llm_backend}")
+        taken = RESERVED_BACKEND_NAMES.intersection(self.llm_backends)
+        if taken:
+            raise ValueError(f"LLM_BACKENDS may not use the reserved names {sorted(taken)}")
+        bad = [name for name in self.llm_backends if not _BACKEND_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"LLM_BACKENDS names must match {_BACKEND_NAME.pattern}: {bad}")
+        return self
 
     @property
     def effective_database_url(self) -> str:

@@ -9,16 +9,20 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import httpx
 from fastapi import FastAPI
 
+from app.compaction.service import CompactionService
+from app.compaction.summarizer import Summarizer
 from app.config import Settings
 from app.context.store import ContextStore
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
 from app.journals.service import JournalService
+from app.llm.registry import build_backends
 from app.messages.service import MessageService
 from app.payloads.service import PayloadService
-from app.storage.layout import PLANNING, TOOLS, Layout
+from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks
 from app.storage.reconcile import reconcile
 from app.tasks.service import TaskService
@@ -36,14 +40,27 @@ class Services:
     messages: MessageService
     tools: JournalService
     planning: JournalService
+    summaries: JournalService
+    compaction: CompactionService
     payloads: PayloadService
 
 
-def build_services(settings: Settings, db: Database, layout: Layout) -> Services:
+def build_services(
+    settings: Settings, db: Database, layout: Layout, http: httpx.AsyncClient
+) -> Services:
+    counter = HeuristicCounter()
     store = ContextStore(
-        db=db, layout=layout, locks=TaskLocks(layout), counter=HeuristicCounter(), settings=settings
+        db=db, layout=layout, locks=TaskLocks(layout), counter=counter, settings=settings
     )
     tasks = TaskService(store, settings)
+    summarizer = Summarizer(
+        backends=build_backends(settings, http),
+        counter=counter,
+        prompt=settings.condense_prompt,
+        backend_name=settings.condense_backend,
+        max_tokens=settings.summary_max_tokens,
+    )
+    compaction = CompactionService(store, tasks, summarizer, settings)
     return Services(
         settings=settings,
         db=db,
@@ -64,7 +81,15 @@ def build_services(settings: Settings, db: Database, layout: Layout) -> Services
             time_field="created_at",
             max_page_bytes=settings.max_page_bytes,
         ),
-        payloads=PayloadService(store, tasks),
+        summaries=JournalService(
+            store,
+            file_name=SUMMARIES,
+            key="id",
+            time_field="created_at",
+            max_page_bytes=settings.max_page_bytes,
+        ),
+        compaction=compaction,
+        payloads=PayloadService(store, tasks, compaction),
     )
 
 
@@ -91,7 +116,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
     db = open_database(settings.effective_database_url)
     try:
         await prepare_storage(settings, db, layout)
-        log.info("context service ready: %s", layout.root)
-        yield {"services": build_services(settings, db, layout)}
+        async with httpx.AsyncClient() as http:  # shared by the LLM backends
+            log.info("context service ready: %s", layout.root)
+            yield {"services": build_services(settings, db, layout, http)}
     finally:
         await db.dispose()

@@ -6,6 +6,7 @@ from fastapi import FastAPI
 
 from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware
+from app.compaction.endpoints import router as compaction_router
 from app.config import Settings
 from app.lifespan import lifespan
 from app.messages.endpoints import router as messages_router
@@ -35,6 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tasks_router,
         messages_router,
         payloads_router,
+        compaction_router,
         tools_router,
         planning_router,
         ops_router,

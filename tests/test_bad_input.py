@@ -646,12 +646,15 @@ async def test_idempotency_key_reused_with_another_body(
 async def test_request_over_budget_is_an_error_not_a_truncated_payload(
     client: Client, context_dir: Path
 ) -> None:
-    """A context above its budget makes GET /request 413 context_over_budget, every time."""
-    created = await create(client, context_length=2048, max_output_tokens=512)
+    """A context that compaction cannot bring under its budget (here a system prompt larger
+    than the budget: the system prompt is never cut) makes GET /request 413
+    context_over_budget, every time, and changes nothing."""
+    created = await create(
+        client, context_length=2048, max_output_tokens=512, system_prompt="s" * 8000
+    )
     uuid = created["uuid"]
     budget = int(2048 * 0.9) - 512
-    messages = [user("a" * 2000), {"role": "assistant", "content": "b" * 2000}] * 2
-    response = await client.post(f"/tasks/{uuid}/messages", json={"messages": messages})
+    response = await client.post(f"/tasks/{uuid}/messages", json=user("go on"))
     assert response.status_code == 201, response.text
     before = await state(client, context_dir, uuid)
     assert before["task"]["context"]["budget"] == budget

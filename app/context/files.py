@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -26,8 +26,18 @@ from app.context.records import (
     count_record,
     current_line,
 )
-from app.storage.jsonl import append_bytes, iter_lines, size_of, truncate, write_atomic
-from app.storage.layout import CURRENT, MESSAGES
+from app.storage.jsonl import (
+    append_bytes,
+    dumps_line,
+    iter_lines,
+    last_record,
+    offset_after_seq,
+    repair_tail,
+    size_of,
+    truncate,
+    write_atomic,
+)
+from app.storage.layout import CURRENT, MESSAGES, SUMMARIES
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +136,7 @@ class CurrentRender:
         self.totals = StatsDelta()
 
     def __iter__(self) -> Iterator[bytes]:
-        messages = self.files.messages
-        markers = [orjson.loads(line) for _, line in iter_lines(messages) if MARKER in line]
-        active = effective.plan(m for m in markers if is_marker(m))
+        active = active_plan(self.files.messages)
         head = self.head
         buffer: list[bytes] = []
         for record in effective.visible(self._records(), active):
@@ -150,6 +158,54 @@ class CurrentRender:
             self.head.messages_bytes += len(line) + 1
             count_record(self.totals, record)
             yield record
+
+
+def active_plan(source: Path | BinaryIO, end: int | None = None) -> effective.Plan:
+    """The markers in force in messages.jsonl[0:end] (first pass: only marker lines parse)."""
+    lines = iter_lines(source, 0, end)
+    return effective.plan(
+        m for m in (orjson.loads(x) for _, x in lines if MARKER in x) if is_marker(m)
+    )
+
+
+def visible_records(f: BinaryIO, end: int) -> Iterator[dict[str, Any]]:
+    """The effective context's records, from an open messages.jsonl up to ``end``."""
+    active = active_plan(f, end)
+    yield from effective.visible((orjson.loads(x) for _, x in iter_lines(f, 0, end)), active)
+
+
+def record_at(f: BinaryIO, seq: int, end: int) -> dict[str, Any] | None:
+    """The record with this seq (bisection), or None."""
+    offset = offset_after_seq(f, "seq", seq - 1, end)
+    for _, line in iter_lines(f, offset, end):
+        record: dict[str, Any] = orjson.loads(line)
+        return record if record["seq"] == seq else None
+    return None
+
+
+def commit_marker(
+    files: ContextFiles,
+    head: HeadState,
+    marker: dict[str, Any],
+    summary: dict[str, Any] | None,
+    *,
+    fsync: bool,
+) -> tuple[HeadState, dict[str, Any]]:
+    """Append a marker (and its summaries.jsonl record) and rebuild current.jsonl.
+
+    The summary record goes first: one whose marker never made it is simply never in force.
+    """
+    record = {"seq": head.last_seq + 1, **marker}
+    if summary is not None:
+        path = files.directory / SUMMARIES
+        repair_tail(path, fsync=fsync, context=str(files.directory.name))
+        last = last_record(path)
+        record["summary_id"] = (last["id"] + 1) if last else 1
+        line = {"id": record["summary_id"], **summary, "marker_seq": record["seq"]}
+        append_bytes(path, dumps_line(line), fsync=fsync)
+    append_bytes(files.messages, dumps_line(record), fsync=fsync)
+    new_head, _ = rebuild(files, fsync=fsync)
+    return new_head, record
 
 
 def _stats_of(records: list[dict[str, Any]]) -> StatsDelta:

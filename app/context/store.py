@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 import orjson
-from sqlalchemy import and_, select, update
+from sqlalchemy import Update, and_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
@@ -280,6 +280,21 @@ class ContextStore:
         outcome.stats = accumulator.stats
         return outcome
 
+    async def save_head(self, task_uuid: str, head: HeadState, *, compactions: int = 0) -> None:
+        """Commit a head rebuilt by a compaction or rewind. Hold the task lock."""
+        async with self.db.transaction() as session:
+            connection = await session.connection()
+            await connection.execute(_head_update(task_uuid, head))
+            await connection.execute(
+                update(Task)
+                .where(Task.uuid == task_uuid)
+                .values(
+                    updated_at=datetime.now(UTC),
+                    compression_count=Task.compression_count + compactions,
+                    total_summaries=Task.total_summaries + compactions,
+                )
+            )
+
     async def _save(
         self,
         task_uuid: str,
@@ -293,11 +308,7 @@ class ContextStore:
         async with self.db.transaction() as session:
             # Core statements on the connection: the ORM's DML bookkeeping costs as much again.
             connection = await session.connection()
-            await connection.execute(
-                update(ContextHead)
-                .where(ContextHead.task_uuid == task_uuid, ContextHead.thread_id == 0)
-                .values(**dataclasses.asdict(head))
-            )
+            await connection.execute(_head_update(task_uuid, head))
             await connection.execute(
                 update(Task)
                 .where(Task.uuid == task_uuid)
@@ -319,6 +330,14 @@ def _open_snapshot(directory: Path, file_name: str) -> tuple[BinaryIO, dict[str,
     metadata = orjson.loads((directory / METADATA).read_bytes())
     files = ContextFiles(directory)
     return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
+
+
+def _head_update(task_uuid: str, head: HeadState) -> Update:
+    return (
+        update(ContextHead)
+        .where(ContextHead.task_uuid == task_uuid, ContextHead.thread_id == 0)
+        .values(**dataclasses.asdict(head))
+    )
 
 
 def _replay(

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from app.compaction.service import CompactionService
 from app.context.store import ContextStore, Snapshot
 from app.errors import Conflict, TooLarge
 from app.payloads import openai
@@ -22,13 +23,24 @@ class PayloadStream:
 
 
 class PayloadService:
-    def __init__(self, store: ContextStore, tasks: TaskService) -> None:
+    def __init__(
+        self, store: ContextStore, tasks: TaskService, compaction: CompactionService
+    ) -> None:
         self.store = store
         self.tasks = tasks
+        self.compaction = compaction
 
     async def request(self, task_uuid: str, fmt: str) -> PayloadStream:
         """The request payload in ``fmt``; never over the task's budget (SPEC §3.3)."""
         snapshot = await self.store.snapshot(task_uuid, "current")
+        for _ in range(3):  # appends may race the compaction; each round re-checks
+            task, head = snapshot.task, snapshot.head
+            tokens = head.context_tokens + task.tools_tokens + PER_PAYLOAD
+            if tokens <= self.tasks.budget(task).allowed or task.status != "running":
+                break
+            snapshot.close()
+            await self.compaction.fit(task_uuid)
+            snapshot = await self.store.snapshot(task_uuid, "current")
         try:
             headers = self._check_servable(snapshot)
         except BaseException:

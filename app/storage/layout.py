@@ -27,6 +27,7 @@ MESSAGES = "messages.jsonl"
 CURRENT = "current.jsonl"
 TOOLS = "tools.jsonl"
 PLANNING = "planning.jsonl"
+SUMMARIES = "summaries.jsonl"
 
 
 def canonical_uuid(value: str) -> str:

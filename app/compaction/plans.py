@@ -1,0 +1,95 @@
+"""What a compaction would hide, decided on an index of the effective context. Pure.
+
+A plan is a span of consecutive visible entries, turned into a marker's ``hides`` range of
+positions. No span ever separates an assistant's tool calls from their results: a span never
+starts on a tool result, and never ends just before one.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.context.effective import position
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One visible message of the effective context (a record or a compaction marker)."""
+
+    position: int
+    seq: int
+    role: str
+    tokens: int
+    marker: str | None
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> "Entry":
+        return cls(
+            position=position(record),
+            seq=record["seq"],
+            role=record["role"],
+            tokens=record["tokens"],
+            marker=record.get("marker"),
+        )
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int  # index of the first hidden entry
+    end: int  # index after the last hidden entry
+
+    def hides(self, entries: list[Entry]) -> tuple[int, int]:
+        return entries[self.start].position, entries[self.end - 1].position
+
+    def tokens(self, entries: list[Entry]) -> int:
+        return sum(e.tokens for e in entries[self.start : self.end])
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str
+
+
+def head_length(entries: list[Entry]) -> int:
+    """Leading system messages and the first message after them (the task instruction)."""
+    index = 0
+    while index < len(entries) and entries[index].role == "system":
+        index += 1
+    return min(index + 1, len(entries))
+
+
+def _pair_safe(entries: list[Entry], start: int, end: int) -> Span:
+    while start < end and entries[start].role == "tool":
+        start += 1
+    while end > start and end < len(entries) and entries[end].role == "tool":
+        end -= 1  # keep the assistant's call with its results, after the span
+    return Span(start, end)
+
+
+def plan_condense(entries: list[Entry], *, keep_recent: int, min_to_compress: int) -> Span | Skip:
+    """Seed 002's summarizeConversation: keep the head and the last ``keep_recent`` entries."""
+    head = head_length(entries)
+    span = _pair_safe(entries, head, max(head, len(entries) - keep_recent))
+    if any(e.marker == "condense" for e in entries[span.end :]):
+        return Skip("recently_condensed")
+    if span.end - span.start < min_to_compress:
+        return Skip("too_few_messages")
+    return span
+
+
+def plan_truncate(entries: list[Entry]) -> Span | Skip:
+    """Seed 002's truncateConversation: hide half of the entries after the head, an even count."""
+    head = head_length(entries)
+    count = (len(entries) - head) // 2
+    count -= count % 2
+    if count == 0:
+        return Skip("nothing_to_truncate")
+    span = _pair_safe(entries, head, head + count)
+    if span.end <= span.start:
+        return Skip("nothing_to_truncate")
+    return span
+
+
+def largest(entries: list[Entry]) -> int | None:
+    """Index of the largest entry that is not the head's system prompt."""
+    candidates = [i for i, e in enumerate(entries) if e.role != "system"]
+    return max(candidates, key=lambda i: entries[i].tokens, default=None)

@@ -1,0 +1,368 @@
+"""Compaction and rewind of a task's context (SPEC §6; seed 002).
+
+Every operation appends a marker to messages.jsonl (and, for compactions, a record to
+summaries.jsonl), rebuilds current.jsonl and moves the committed head. A condense asks the
+summariser *outside* the task lock, so appends go on meanwhile; it then re-checks, under the
+lock, that the span it summarised is still exactly what the context shows there.
+"""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Literal
+
+from app.compaction import plans
+from app.compaction.plans import Entry, Skip, Span
+from app.compaction.summarizer import Summarizer
+from app.config import Settings
+from app.context.effective import position
+from app.context.files import (
+    ContextFiles,
+    commit_marker,
+    record_at,
+    visible_records,
+)
+from app.context.records import HeadState, openai_message
+from app.context.store import ContextStore, LockedTask, utc_timestamp
+from app.errors import AppError, Conflict, InvalidInput, TooLarge
+from app.llm.errors import LLMError
+from app.tasks.service import TaskService
+from app.tokens.accounting import PER_PAYLOAD, content_tokens, message_tokens
+
+log = logging.getLogger(__name__)
+
+Strategy = Literal["auto", "condense", "truncate"]
+TRUNCATION_TEXT = "[Sliding window truncation: {count} messages hidden to reduce context]"
+SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
+ELISION_TEXT = "\n[... {cut} characters elided to fit the context window ...]\n"
+MAX_FIT_ROUNDS = 12
+
+
+class CompactionFailed(AppError):
+    status_code = 502
+    default_code = "compaction_failed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one compaction did."""
+
+    kind: str  # condense | truncation | elision | skipped
+    tokens_before: int
+    tokens_after: int
+    reason: str | None = None
+    summary_id: int | None = None
+    hidden_messages: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "reason": self.reason,
+            "summary_id": self.summary_id,
+            "hidden_messages": self.hidden_messages,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+        }
+
+
+class CompactionService:
+    def __init__(
+        self, store: ContextStore, tasks: TaskService, summarizer: Summarizer, settings: Settings
+    ) -> None:
+        self.store = store
+        self.tasks = tasks
+        self.summarizer = summarizer
+        self.settings = settings
+        self._busy: dict[str, asyncio.Lock] = {}
+
+    @asynccontextmanager
+    async def _one_at_a_time(self, task_uuid: str) -> AsyncIterator[None]:
+        """At most one compaction per context in this process (the commit re-checks anyway)."""
+        lock = self._busy.setdefault(task_uuid, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._busy.get(task_uuid) is lock:
+                del self._busy[task_uuid]
+
+    # -- what the context looks like ------------------------------------------------------
+
+    async def _index(self, locked: LockedTask) -> tuple[HeadState, list[Entry], ContextFiles]:
+        head = await self.store.recovered_head(locked)
+        files = ContextFiles(self.store.task_dir(locked.task))
+        entries = await asyncio.to_thread(_entries, files, head.messages_bytes)
+        return head, entries, files
+
+    def payload_tokens(self, locked: LockedTask, head: HeadState) -> int:
+        return head.context_tokens + locked.task.tools_tokens + PER_PAYLOAD
+
+    # -- the operations -------------------------------------------------------------------
+
+    async def compact(
+        self, task_uuid: str, strategy: Strategy = "auto", backend: str | None = None
+    ) -> Outcome:
+        """One compaction step: condense (auto, condense) or truncate."""
+        if strategy == "truncate":
+            return await self.truncate(task_uuid)
+        return await self.condense(task_uuid, backend)
+
+    async def condense(self, task_uuid: str, backend: str | None = None) -> Outcome:
+        async with self._one_at_a_time(task_uuid):
+            async with self.store.locked(task_uuid) as locked:
+                self._require_running(locked)
+                head, entries, files = await self._index(locked)
+                before = self.payload_tokens(locked, head)
+                plan = plans.plan_condense(
+                    entries,
+                    keep_recent=self.settings.keep_recent,
+                    min_to_compress=self.settings.min_to_compress,
+                )
+                if isinstance(plan, Skip):
+                    return Outcome("skipped", before, before, reason=plan.reason)
+                span = [e.position for e in entries[plan.start : plan.end]]
+                handle = await asyncio.to_thread(open, files.messages, "rb")
+            try:
+                summary = await self.summarizer.summarize(
+                    _span_records(handle, head.messages_bytes, span[0], span[-1]), backend
+                )
+            except LLMError as exc:
+                raise CompactionFailed(str(exc), details={"backend": exc.backend}) from exc
+            finally:
+                handle.close()
+            if not summary.strip():
+                raise CompactionFailed("the summariser returned an empty summary", code="empty")
+            return await self._commit_condense(task_uuid, span, summary)
+
+    async def _commit_condense(self, task_uuid: str, span: list[int], summary: str) -> Outcome:
+        async with self.store.locked(task_uuid) as locked:
+            head, entries, files = await self._index(locked)
+            before = self.payload_tokens(locked, head)
+            found = [i for i, e in enumerate(entries) if span[0] <= e.position <= span[-1]]
+            if [entries[i].position for i in found] != span:
+                return Outcome("skipped", before, before, reason="context_changed")
+            hidden = Span(found[0], found[-1] + 1)
+            content = SUMMARY_HEADER.format(count=len(span)) + summary.strip()
+            tokens = message_tokens(self.store.counter, {"role": "user", "content": content})
+            original = hidden.tokens(entries)
+            if tokens >= original:
+                raise CompactionFailed(
+                    "the summary is not smaller than what it replaces",
+                    code="context_grew",
+                    details={"summary_tokens": tokens, "original_tokens": original},
+                )
+            marker = {"role": "user", "content": content, "marker": "condense"}
+            record = self._summary_record("condense", entries, hidden, content, tokens)
+            return await self._commit(locked, head, files, marker, record, hidden, entries)
+
+    async def truncate(self, task_uuid: str) -> Outcome:
+        async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
+            self._require_running(locked)
+            head, entries, files = await self._index(locked)
+            before = self.payload_tokens(locked, head)
+            plan = plans.plan_truncate(entries)
+            if isinstance(plan, Skip):
+                return Outcome("skipped", before, before, reason=plan.reason)
+            content = TRUNCATION_TEXT.format(count=plan.end - plan.start)
+            tokens = message_tokens(self.store.counter, {"role": "user", "content": content})
+            marker = {"role": "user", "content": content, "marker": "truncation"}
+            record = self._summary_record("truncation", entries, plan, content, tokens)
+            return await self._commit(locked, head, files, marker, record, plan, entries)
+
+    async def elide(self, task_uuid: str, excess: int) -> Outcome:
+        """Cut the middle out of the largest message, to lose ``excess`` tokens (a last resort)."""
+        async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
+            head, entries, files = await self._index(locked)
+            before = self.payload_tokens(locked, head)
+            index = plans.largest(entries)
+            if index is None or entries[index].tokens <= 64:
+                return Outcome("skipped", before, before, reason="nothing_to_elide")
+            entry = entries[index]
+            original = await asyncio.to_thread(_read_entry, files, entry, head.messages_bytes)
+            message = openai_message(original)
+            message["content"] = _elided(self.store, message.get("content"), excess)
+            tokens = message_tokens(self.store.counter, message)
+            if tokens >= entry.tokens:
+                return Outcome("skipped", before, before, reason="nothing_to_elide")
+            marker = {**message, "marker": "elision"}
+            if original.get("tool_name"):
+                marker["tool_name"] = original["tool_name"]
+            span = Span(index, index + 1)
+            record = self._summary_record("elision", entries, span, "", tokens)
+            return await self._commit(locked, head, files, marker, record, span, entries)
+
+    async def fit(self, task_uuid: str) -> Outcome | None:
+        """Compact until the payload is within the budget (SPEC §3.3), or raise TooLarge."""
+        last: Outcome | None = None
+        for round_number in range(MAX_FIT_ROUNDS):
+            task, head = await self.store.head(task_uuid)
+            tokens = head.context_tokens + task.tools_tokens + PER_PAYLOAD
+            allowed = self.tasks.budget(task).allowed
+            if tokens <= allowed:
+                return last
+            if round_number == 0:
+                last = await self._condense_in_time(task_uuid)
+                if last is not None and last.kind != "skipped":
+                    continue
+            step = await self.truncate(task_uuid)
+            if step.kind == "skipped":
+                step = await self.elide(task_uuid, tokens - allowed)
+            if step.kind == "skipped":
+                break
+            last = step
+        task, head = await self.store.head(task_uuid)
+        tokens = head.context_tokens + task.tools_tokens + PER_PAYLOAD
+        allowed = self.tasks.budget(task).allowed
+        if tokens > allowed:
+            raise TooLarge(
+                f"the context has {tokens} tokens and cannot be compacted under {allowed}",
+                code="context_over_budget",
+                details={"tokens": tokens, "budget": allowed},
+            )
+        return last
+
+    async def _condense_in_time(self, task_uuid: str) -> Outcome | None:
+        try:
+            return await asyncio.wait_for(
+                self.condense(task_uuid), self.settings.request_condense_timeout_s
+            )
+        except (TimeoutError, CompactionFailed) as exc:
+            log.warning(
+                "task %s: condense failed before the deadline (%s); truncating", task_uuid, exc
+            )
+            return None
+
+    async def rewind(self, task_uuid: str, to_seq: int, include_target: bool) -> HeadState:
+        """Seed 002's rewind: later history leaves the context, so do later compactions."""
+        async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
+            self._require_running(locked)
+            head = await self.store.recovered_head(locked)
+            files = ContextFiles(self.store.task_dir(locked.task))
+            target = await asyncio.to_thread(_read_seq, files, to_seq, head.messages_bytes)
+            if target is None or "marker" in target:
+                raise InvalidInput(
+                    f"seq {to_seq} is not a message of this task",
+                    code="invalid_rewind_target",
+                    details={"to_seq": to_seq, "last_seq": head.last_seq},
+                )
+            marker = {
+                "marker": "rewind",
+                "to_seq": to_seq,
+                "include_target": include_target,
+                "timestamp": utc_timestamp(),
+                "tokens": 0,
+            }
+            new_head, _ = await asyncio.to_thread(
+                commit_marker, files, head, marker, None, fsync=self.store.fsync
+            )
+            await self.store.save_head(locked.task.uuid, new_head)
+            log.info("task %s: rewound to seq %d", task_uuid, to_seq)
+            return new_head
+
+    # -- shared ---------------------------------------------------------------------------
+
+    def _require_running(self, locked: LockedTask) -> None:
+        if locked.task.status != "running":
+            raise Conflict(
+                f"task {locked.task.uuid} is {locked.task.status}: only running tasks change",
+                code="task_not_writable",
+                details={"uuid": locked.task.uuid, "status": locked.task.status},
+            )
+
+    def _summary_record(
+        self, kind: str, entries: list[Entry], span: Span, summary: str, tokens: int
+    ) -> dict[str, Any]:
+        """A summaries.jsonl record: seed 000 §11.3 and seed 001 §3.5 fields, plus kind."""
+        start, end = span.hides(entries)
+        original = span.tokens(entries)
+        now = utc_timestamp()
+        return {
+            "kind": kind,
+            "start_seq": start,
+            "end_seq": end,
+            "summary": summary,
+            "original_tokens": original,
+            "summary_tokens": tokens,
+            "ratio": round(tokens / original, 4) if original else 0.0,
+            "compressed_message_count": span.end - span.start,
+            "tokens_saved": original - tokens,
+            "summarizer": self.summarizer.name if kind == "condense" else None,
+            "created_at": now,
+            "timestamp": now,
+        }
+
+    async def _commit(
+        self,
+        locked: LockedTask,
+        head: HeadState,
+        files: ContextFiles,
+        marker: dict[str, Any],
+        summary: dict[str, Any],
+        span: Span,
+        entries: list[Entry],
+    ) -> Outcome:
+        before = self.payload_tokens(locked, head)
+        marker = {
+            **marker,
+            "hides": list(span.hides(entries)),
+            "timestamp": summary["timestamp"],
+            "tokens": summary["summary_tokens"],
+        }
+        new_head, record = await asyncio.to_thread(
+            commit_marker, files, head, marker, summary, fsync=self.store.fsync
+        )
+        await self.store.save_head(locked.task.uuid, new_head, compactions=1)
+        after = self.payload_tokens(locked, new_head)
+        log.info(
+            "task %s: %s of %d messages, %d -> %d tokens",
+            locked.task.uuid,
+            summary["kind"],
+            span.end - span.start,
+            before,
+            after,
+        )
+        return Outcome(
+            summary["kind"],
+            before,
+            after,
+            summary_id=record.get("summary_id"),
+            hidden_messages=span.end - span.start,
+        )
+
+
+def _entries(files: ContextFiles, end: int) -> list[Entry]:
+    with open(files.messages, "rb") as f:
+        return [Entry.of(record) for record in visible_records(f, end)]
+
+
+def _span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
+    for record in visible_records(f, end):
+        if low <= position(record) <= high:
+            yield record
+
+
+def _read_seq(files: ContextFiles, seq: int, end: int) -> dict[str, Any] | None:
+    with open(files.messages, "rb") as f:
+        return record_at(f, seq, end)
+
+
+def _read_entry(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
+    record = _read_seq(files, entry.seq, end)
+    assert record is not None
+    return record
+
+
+def _elided(store: ContextStore, content: Any, excess: int) -> str:
+    """The content with its middle cut so that about ``excess`` (+10%) tokens go."""
+    if isinstance(content, list):
+        content = "\n".join(p.get("text", f"[{p.get('type')}]") for p in content)
+    text = content or ""
+    tokens = max(1, content_tokens(store.counter, text))
+    chars_per_token = len(text) / tokens
+    cut = min(len(text) - 200, int((excess * 1.1 + 64) * chars_per_token))
+    if cut <= 0:
+        return text
+    keep = (len(text) - cut) // 2
+    return text[:keep] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - keep :]

@@ -1,0 +1,160 @@
+"""Summaries of a span of the context: the extractive digest, or a chat backend's summary.
+
+With a chat backend, a span larger than the backend's own window is summarised in chunks and
+the partial summaries are combined by one more call.
+"""
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+from app.compaction.extractive import extractive_digest
+from app.context.records import openai_message
+from app.errors import InvalidInput
+from app.llm.base import ChatBackend
+from app.tokens.accounting import content_tokens, message_tokens
+from app.tokens.counters import TextCounter
+
+# Seed 002 (Roo Code's SUMMARY_PROMPT): the default condense prompt.
+DEFAULT_PROMPT = """\
+Your task is to create a detailed summary of the conversation so far, paying close attention \
+to the user's explicit requests and your previous actions.
+This summary should be thorough in capturing technical details, code patterns, and \
+architectural decisions that would be essential for continuing with the conversation and \
+supporting any continuing tasks.
+
+Your summary should be structured as follows:
+Context: The context to continue the conversation with. If applicable based on the current \
+task, this should include:
+  1. Previous Conversation: High level details about what was discussed throughout the \
+entire conversation with the user.
+  2. Current Work: Describe in detail what was being worked on prior to this request to \
+summarize the conversation. Pay special attention to the more recent messages.
+  3. Key Technical Concepts: List all important technical concepts, technologies, coding \
+conventions, and frameworks discussed.
+  4. Relevant Files and Code: Enumerate specific files and code sections examined, modified, \
+or created. Pay special attention to the most recent messages and changes.
+  5. Problem Solving: Document problems solved thus far and any ongoing troubleshooting.
+  6. Pending Tasks and Next Steps: Outline all pending tasks and the next steps, with direct \
+quotes from the most recent conversation showing exactly where you left off.
+
+Output only the summary of the conversation so far, without any additional commentary or \
+explanation."""
+
+FINAL_REQUEST = "Summarize the conversation so far, as described in the prompt instructions."
+COMBINE_REQUEST = (
+    "These are summaries of consecutive parts of one conversation, oldest first. Combine them "
+    "into one summary in the same structure, keeping every file, error and pending task."
+)
+EXTRACTIVE_MAX_CHARS = 6000
+_WINDOW_SHARE = 0.6  # of the backend's window a chunk may fill; the rest is prompt and answer
+
+
+class Summarizer:
+    def __init__(
+        self,
+        *,
+        backends: dict[str, ChatBackend],
+        counter: TextCounter,
+        prompt: str,
+        backend_name: str,
+        max_tokens: int,
+    ) -> None:
+        self.backends = backends
+        self.counter = counter
+        self.prompt = prompt or DEFAULT_PROMPT
+        self.backend_name = backend_name or "default"
+        self.max_tokens = max_tokens
+
+    def backend(self, name: str | None = None) -> ChatBackend | None:
+        """The chat backend to use; None means the extractive digest."""
+        chosen = name or self.backend_name
+        if chosen not in self.backends and name is not None and name != "extractive":
+            raise InvalidInput(
+                f"no LLM backend named {name!r} is configured",
+                code="unknown_backend",
+                details={"configured": sorted(self.backends)},
+            )
+        return self.backends.get(chosen)
+
+    @property
+    def name(self) -> str:
+        backend = self.backend()
+        return "extractive" if backend is None else f"{backend.kind}:{backend.model}"
+
+    async def summarize(self, records: Iterator[dict[str, Any]], backend: str | None = None) -> str:
+        """A summary of the records (consumed once, in a worker thread)."""
+        chat = self.backend(backend)
+        if chat is None:
+            return await asyncio.to_thread(
+                extractive_digest, records, max_chars=EXTRACTIVE_MAX_CHARS
+            )
+        budget = int(chat.window * _WINDOW_SHARE) - self.max_tokens
+        parts: list[str] = []
+        chunks = _chunks(records, self.counter, max(budget, 256))
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            parts.append(await chat.complete(self._request(chunk), max_tokens=self.max_tokens))
+        if len(parts) == 1:
+            return parts[0]
+        combined = "\n\n".join(f"Part {i + 1}:\n{part}" for i, part in enumerate(parts))
+        messages = [
+            {"role": "system", "content": self.prompt},
+            {"role": "user", "content": f"{COMBINE_REQUEST}\n\n{combined}"},
+        ]
+        return await chat.complete(messages, max_tokens=self.max_tokens)
+
+    def _request(self, chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if "{messages}" in self.prompt:  # seed 001 §7.3: the messages inside the prompt
+            text = "\n".join(f"[{m['role'].upper()}]: {_text(m)}" for m in chunk)
+            return [{"role": "user", "content": self.prompt.replace("{messages}", text)}]
+        # Seed 002: the prompt as system, the conversation as it was, then the request.
+        body = [{"role": _chat_role(m), "content": _text(m)} for m in chunk]
+        return [{"role": "system", "content": self.prompt}, *body, _final_request()]
+
+
+def _final_request() -> dict[str, Any]:
+    return {"role": "user", "content": FINAL_REQUEST}
+
+
+def _chat_role(message: dict[str, Any]) -> str:
+    return "assistant" if message["role"] == "assistant" else "user"
+
+
+def _text(message: dict[str, Any]) -> str:
+    """A message as plain text: tool calls and results spelled out."""
+    parts: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        parts += [p.get("text", f"[{p.get('type')}]") for p in content]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        parts.append(f"[tool call {function.get('name')}: {function.get('arguments')}]")
+    if message["role"] == "tool":
+        name = message.get("tool_name") or message.get("tool_call_id")
+        return f"[tool result {name}]: " + "\n".join(parts)
+    return "\n".join(parts)
+
+
+def _chunks(
+    records: Iterator[dict[str, Any]], counter: TextCounter, budget: int
+) -> Iterator[list[dict[str, Any]]]:
+    """Consecutive groups of messages of at most ``budget`` tokens (a huge one is cut)."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for record in records:
+        message = openai_message(record) | {"tool_name": record.get("tool_name")}
+        tokens = message_tokens(counter, message)
+        if tokens > budget:  # one message larger than the window: keep its start
+            text = _text(message)
+            keep = max(1, len(text) * budget // max(1, content_tokens(counter, text)) // 2)
+            message = {"role": message["role"], "content": text[:keep] + "\n[... cut ...]"}
+            tokens = budget // 2
+        if chunk and size + tokens > budget:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(message)
+        size += tokens
+    if chunk:
+        yield chunk
