@@ -76,6 +76,14 @@ class Settings(BaseSettings):
     )
 
     io_threads: int = Field(16, ge=2, description="Threads for blocking file I/O.")
+
+    job_lease_s: float = Field(
+        30.0, gt=0, description="A running job not renewed for this long is requeued."
+    )
+    job_poll_s: float = Field(1.0, gt=0, description="How often the runner looks for due jobs.")
+    job_max_attempts: int = Field(3, ge=1)
+    job_backoff_s: float = Field(2.0, ge=0, description="Wait before retry n: backoff * 2**(n-1).")
+    job_concurrency: int = Field(2, ge=1, description="Jobs one process runs at once.")
     log_level: str = "INFO"
 
     # LLM backends (app/llm/). "extractive" (the default) needs no network and no chat backend.

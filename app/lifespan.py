@@ -15,9 +15,13 @@ from fastapi import FastAPI
 from app.compaction.service import CompactionService
 from app.compaction.summarizer import Summarizer
 from app.config import Settings
+from app.context.records import HeadState
 from app.context.store import ContextStore
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
+from app.db.models import Job, Task
+from app.jobs.queue import JobQueue
+from app.jobs.runner import JobRunner
 from app.journals.service import JournalService
 from app.llm.registry import build_backends
 from app.messages.service import MessageService
@@ -26,6 +30,7 @@ from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks
 from app.storage.reconcile import reconcile
 from app.tasks.service import TaskService
+from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.counters import HeuristicCounter
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,8 @@ class Services:
     planning: JournalService
     summaries: JournalService
     compaction: CompactionService
+    jobs: JobQueue
+    runner: JobRunner
     payloads: PayloadService
 
 
@@ -61,6 +68,29 @@ def build_services(
         max_tokens=settings.summary_max_tokens,
     )
     compaction = CompactionService(store, tasks, summarizer, settings)
+    jobs = JobQueue(db, max_attempts=settings.job_max_attempts, lease_s=settings.job_lease_s)
+
+    async def condense_job(job: Job) -> dict[str, object]:
+        outcome = await compaction.condense(job.task_uuid)
+        return outcome.as_dict() | {"skipped": outcome.kind == "skipped"}
+
+    async def schedule_condense(task: Task, before: HeadState, after: HeadState) -> bool:
+        """Condense in the background when an append crosses the threshold (SPEC §6)."""
+        budget = tasks.budget(task)
+        old, new = (h.context_tokens + task.tools_tokens + PER_PAYLOAD for h in (before, after))
+        if old < budget.threshold <= new or new > budget.allowed:
+            await jobs.enqueue_once(task.uuid, "condense")
+            return True
+        return False
+
+    store.after_commit = schedule_condense
+    runner = JobRunner(
+        jobs,
+        {"condense": condense_job},
+        poll_s=settings.job_poll_s,
+        backoff_s=settings.job_backoff_s,
+        concurrency=settings.job_concurrency,
+    )
     return Services(
         settings=settings,
         db=db,
@@ -89,6 +119,8 @@ def build_services(
             max_page_bytes=settings.max_page_bytes,
         ),
         compaction=compaction,
+        jobs=jobs,
+        runner=runner,
         payloads=PayloadService(store, tasks, compaction),
     )
 
@@ -117,7 +149,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
     try:
         await prepare_storage(settings, db, layout)
         async with httpx.AsyncClient() as http:  # shared by the LLM backends
+            services = build_services(settings, db, layout, http)
+            await services.runner.start()
             log.info("context service ready: %s", layout.root)
-            yield {"services": build_services(settings, db, layout, http)}
+            try:
+                yield {"services": services}
+            finally:
+                await services.runner.stop()
     finally:
         await db.dispose()

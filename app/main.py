@@ -8,6 +8,7 @@ from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware
 from app.compaction.endpoints import router as compaction_router
 from app.config import Settings
+from app.jobs.endpoints import router as jobs_router
 from app.lifespan import lifespan
 from app.messages.endpoints import router as messages_router
 from app.ops.endpoints import router as ops_router
@@ -37,6 +38,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         messages_router,
         payloads_router,
         compaction_router,
+        jobs_router,
         tools_router,
         planning_router,
         ops_router,

@@ -11,9 +11,10 @@ digest of a huge context costs little memory. The result is plain text of at mos
     Latest state      the last assistant text and the last tool call with its outcome
 
 Nothing is invented: every excerpt is copied from the input (runs of whitespace collapsed to one
-space) and every cut is marked ("…", "[… N chars cut …]", "(+N more)"). When one directory holds
-many of the paths, it is named once as ``$ROOT`` and written ``$ROOT/...`` everywhere. When the
-text does not fit, files, errors and user requests are kept preferentially.
+space) and every cut is marked ("…", "[… N chars cut …]", "(+N more)"); a call repeated with the
+same outcome is written once with "(xN)". When one directory holds many of the paths, it is named
+once as ``$ROOT`` and written ``$ROOT/...`` everywhere. Paths seen only in tool output are listed
+apart, after Files. When the text does not fit, files, errors and user requests are kept first.
 
 The extraction rules (``find_paths``, ``find_error_lines``, ``record_paths``, ``record_errors``) are
 public so that callers and tests can measure what a digest kept.
@@ -22,7 +23,7 @@ public so that callers and tests can measure what a digest kept.
 import json
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -506,7 +507,9 @@ class DigestState:
     last_call: ToolCall | None = None
 
     def add(self, record: dict[str, Any]) -> None:
-        role = str(record.get("role") or "unknown")
+        if not record.get("role"):
+            return  # a marker record (condense, rewind...), not a message
+        role = str(record["role"])
         self.counts[role] = self.counts.get(role, 0) + 1
         if "seq" in record:
             self.first_seq = record["seq"] if self.first_seq is None else self.first_seq
@@ -566,10 +569,16 @@ class Section:
     dropped: int = 0  # items the bounded state already left out...
     dropped_at: int = 0  # ...and where in ``items`` they were
 
+    def least_cost(self) -> int:
+        """What the title and a "(+N more)" line cost in the digest (0 for an empty section)."""
+        if not self.items and not self.dropped:
+            return 0
+        return len(self.title) + len(_more_line(len(self.items) + self.dropped)) + 4
+
     def fit(self, budget: int) -> list[str]:
         """The section's lines, costing at most ``budget`` characters (newlines included)."""
         room = budget - len(self.title) - 2
-        if not self.items or room < 0:
+        if not (self.items or self.dropped) or room < 0:
             return []
         if not self.dropped and sum(len(item) + 3 for item in self.items) <= room:
             return self._lines(set(range(len(self.items))))
@@ -609,13 +618,16 @@ def recent_first_ranks(count: int, head: int) -> list[int]:
     return [2 * index + 1 if index < head else 2 * (count - 1 - index) for index in range(count)]
 
 
-def _stream_section(title: str, collected: HeadTail, items: list[str]) -> Section:
+def _stream_section(title: str, collected: HeadTail, shown: Callable[[Any], str]) -> Section:
+    """A head-and-tail list; runs of equal items (repeated calls) are shown once with a count."""
+    first = collapse_repeats([shown(item) for item in collected.first])
+    last = collapse_repeats([shown(item) for item in collected.last])
     return Section(
         title,
-        items,
-        recent_first_ranks(len(items), len(collected.first)),
+        [*first, *last],
+        recent_first_ranks(len(first) + len(last), len(first)),
         dropped=collected.dropped,
-        dropped_at=len(collected.first),
+        dropped_at=len(first),
     )
 
 
@@ -693,18 +705,18 @@ def collapse_repeats(items: list[str]) -> list[str]:
 
 
 def _sections(state: DigestState, root: str | None) -> dict[str, Section]:
-    def short(items: Iterable[str]) -> list[str]:
-        return [_abbreviate(item, root) for item in items]
+    def short(item: str) -> str:
+        return _abbreviate(item, root)
 
-    calls = short(collapse_repeats([call.render() for call in state.calls.items()]))
-    latest = short(_latest_items(state))
+    def short_call(call: ToolCall) -> str:
+        return short(call.render())
+
+    latest = [short(item) for item in _latest_items(state)]
     return {
-        "User requests": _stream_section("User requests", state.users, short(state.users.items())),
-        "Assistant notes": _stream_section(
-            "Assistant notes", state.notes, short(state.notes.items())
-        ),
-        "Tool calls": _stream_section("Tool calls", state.calls, calls),
-        "Errors": _stream_section("Errors", state.errors, short(state.errors.items())),
+        "User requests": _stream_section("User requests", state.users, short),
+        "Assistant notes": _stream_section("Assistant notes", state.notes, short),
+        "Tool calls": _stream_section("Tool calls", state.calls, short_call),
+        "Errors": _stream_section("Errors", state.errors, short),
         "Files": _paths_section("Files", state.paths, range(TIER_OUTPUT), root),
         "Latest state": Section("Latest state", latest, list(range(len(latest)))),
         OUTPUT_PATHS: _paths_section(
@@ -769,7 +781,11 @@ def render(state: DigestState, max_chars: int) -> str:
         return cut_end(_header(state, None), max_chars)
     sections = _sections(state, root)
     budget = max_chars - len(header)
-    fitted = {name: sections[name].fit(int(budget * _SHARES[name]) - 1) for name in _PRIORITY}
+    fitted: dict[str, list[str]] = {}
+    for name in _PRIORITY:  # each its share, or at least room to say what it leaves out
+        share = max(int(budget * _SHARES[name]), sections[name].least_cost())
+        spare = budget - sum(_cost(lines) for lines in fitted.values())
+        fitted[name] = sections[name].fit(min(share, spare) - 1)
     for name in _PRIORITY:
         spare = budget - sum(_cost(lines) for lines in fitted.values())
         fitted[name] = sections[name].fit(_cost(fitted[name]) + spare - 1)

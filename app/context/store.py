@@ -11,7 +11,7 @@ them if a crash left them out of step (:func:`app.context.files.recover`).
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -103,6 +103,9 @@ class ContextStore:
         self._max_message_bytes = settings.max_message_bytes
         self._pending: dict[str, list[_PendingAppend]] = {}
         self._drainers: dict[str, asyncio.Task[None]] = {}
+        # Called after each group commit with the task and the heads before and after; returns
+        # whether compaction was scheduled (wired by the lifespan to the condense job).
+        self.after_commit: Callable[[Task, HeadState, HeadState], Awaitable[bool]] | None = None
 
     # -- locking and lookup ---------------------------------------------------------------
 
@@ -230,11 +233,17 @@ class ContextStore:
                 await self._save(
                     task_uuid, outcome.recovery, outcome.head, outcome.stats, outcome.new_keys
                 )
+        scheduled = False
+        if self.after_commit is not None and outcome.head != head:
+            scheduled = await self.after_commit(task, head, outcome.head)
         for pending, result in zip(group, outcome.results, strict=True):
             if isinstance(result, AppError):
                 pending.future.set_exception(result)
             else:
-                pending.future.set_result(result)
+                response, replayed = result
+                if not replayed:
+                    response = {**response, "compaction_scheduled": scheduled}
+                pending.future.set_result((response, replayed))
 
     def _write_group(
         self,

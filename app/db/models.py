@@ -81,6 +81,32 @@ class ContextHead(Base):
     open_tool_calls: Mapped[list[list[str]]] = mapped_column(PortableJSON, default=list)
 
 
+class Job(Base):
+    """Background work (condense, later final summaries and chronicles), claimed with a lease."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_uuid: Mapped[str] = mapped_column(ForeignKey("tasks.uuid", ondelete="CASCADE"))
+    thread_id: Mapped[int] = mapped_column(Integer, default=0)
+    kind: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))  # queued|running|succeeded|failed|skipped
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict[str, Any] | None] = mapped_column(PortableJSON)
+    not_before: Mapped[datetime] = mapped_column(UTCDateTime())
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index(None, "status", "not_before"),
+        Index(None, "task_uuid", "kind", "status"),
+    )
+
+
 class IdempotencyKey(Base):
     __tablename__ = "idempotency_keys"
 

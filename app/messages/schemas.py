@@ -189,11 +189,14 @@ class AppendResult(BaseModel):
 
 
 class MessageRecord(BaseModel):
-    """A line of messages.jsonl: the message plus seq, timestamp and tokens."""
+    """A line of messages.jsonl: the message plus seq, timestamp and tokens.
+
+    Marker records (compaction, rewind) are lines too; a rewind marker has no role.
+    """
 
     model_config = ConfigDict(extra="allow")
     seq: int
-    role: str
+    role: str | None = None
     content: Any = None
     timestamp: str
     tokens: int

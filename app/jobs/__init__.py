@@ -1,0 +1,1 @@
+"""Background jobs: a table, an in-process runner with leases, retries and resume on restart."""

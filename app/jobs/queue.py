@@ -1,0 +1,118 @@
+"""Putting jobs in the table and reading them back."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Select, select, update
+
+from app.db.engine import Database
+from app.db.models import Job
+from app.errors import NotFound
+
+ACTIVE = ("queued", "running")
+
+
+class JobQueue:
+    def __init__(self, db: Database, *, max_attempts: int, lease_s: float) -> None:
+        self.db = db
+        self.max_attempts = max_attempts
+        self.lease_s = lease_s
+        self.listeners: list[Any] = []  # callables woken when a job is queued here
+
+    async def enqueue_once(self, task_uuid: str, kind: str, thread_id: int = 0) -> Job:
+        """Queue a job unless one of this kind is already queued or running for the context."""
+        now = datetime.now(UTC)
+        async with self.db.transaction() as session:
+            existing = await session.scalar(
+                select(Job).where(
+                    Job.task_uuid == task_uuid,
+                    Job.thread_id == thread_id,
+                    Job.kind == kind,
+                    Job.status.in_(ACTIVE),
+                )
+            )
+            if existing is not None:
+                return existing
+            job = Job(
+                task_uuid=task_uuid,
+                thread_id=thread_id,
+                kind=kind,
+                status="queued",
+                attempts=0,
+                max_attempts=self.max_attempts,
+                not_before=now,
+                created_at=now,
+            )
+            session.add(job)
+        for wake in self.listeners:
+            wake()
+        return job
+
+    async def get(self, job_id: int) -> Job:
+        async with self.db.reader() as session:
+            job = await session.get(Job, job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} does not exist", code="job_not_found")
+        return job
+
+    async def list(self, *, task_uuid: str | None, status: str | None, limit: int) -> list[Job]:
+        query: Select[tuple[Job]] = select(Job)
+        if task_uuid is not None:
+            query = query.where(Job.task_uuid == task_uuid)
+        if status is not None:
+            query = query.where(Job.status == status)
+        async with self.db.reader() as session:
+            return list(await session.scalars(query.order_by(Job.id.desc()).limit(limit)))
+
+    async def claim(self) -> Job | None:
+        """Take the oldest due job: mark it running, with a lease, in one transaction."""
+        now = datetime.now(UTC)
+        async with self.db.transaction() as session:
+            job = await session.scalar(
+                select(Job)
+                .where(Job.status == "queued", Job.not_before <= now)
+                .order_by(Job.id)
+                .limit(1)
+                .with_for_update(skip_locked=True)
+            )
+            if job is None:
+                return None
+            job.status = "running"
+            job.attempts += 1
+            job.started_at = now
+            job.lease_until = now + timedelta(seconds=self.lease_s)
+        return job
+
+    async def renew(self, job_id: int) -> None:
+        until = datetime.now(UTC) + timedelta(seconds=self.lease_s)
+        async with self.db.transaction() as session:
+            await session.execute(update(Job).where(Job.id == job_id).values(lease_until=until))
+
+    async def finish(
+        self,
+        job: Job,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        retry_at: datetime | None = None,
+    ) -> None:
+        now = datetime.now(UTC)
+        values: dict[str, Any] = {"status": status, "error": error, "lease_until": None}
+        if retry_at is not None:
+            values["not_before"] = retry_at
+        else:
+            values |= {"result": result, "finished_at": now}
+        async with self.db.transaction() as session:
+            await session.execute(update(Job).where(Job.id == job.id).values(**values))
+
+    async def requeue_expired(self) -> int:
+        """Running jobs whose lease ran out (their process died) go back to the queue."""
+        now = datetime.now(UTC)
+        async with self.db.transaction() as session:
+            result = await session.execute(
+                update(Job)
+                .where(Job.status == "running", Job.lease_until < now)
+                .values(status="queued", lease_until=None, not_before=now)
+            )
+        return int(getattr(result, "rowcount", 0) or 0)

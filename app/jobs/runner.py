@@ -1,0 +1,109 @@
+"""Runs due jobs in the background of one service process.
+
+Jobs are claimed in a transaction (so each runs once, whichever process claims it), leased and
+renewed while they run; a job whose process died is requeued when its lease runs out. A failed
+job is retried with exponential backoff, then marked failed with its error.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.db.models import Job
+from app.errors import Conflict, NotFound
+from app.jobs.queue import JobQueue
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Job], Awaitable[dict[str, Any]]]
+
+
+class JobRunner:
+    def __init__(
+        self,
+        queue: JobQueue,
+        handlers: dict[str, Handler],
+        *,
+        poll_s: float,
+        backoff_s: float,
+        concurrency: int,
+    ) -> None:
+        self.queue = queue
+        self.handlers = handlers
+        self.poll_s = poll_s
+        self.backoff_s = backoff_s
+        self._slots = asyncio.Semaphore(concurrency)
+        self._wake = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        queue.listeners.append(self._wake.set)
+
+    async def start(self) -> None:
+        requeued = await self.queue.requeue_expired()
+        if requeued:
+            log.warning("requeued %d jobs whose process stopped while running them", requeued)
+        self._loop = asyncio.create_task(self._run_forever())
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._loop, *self._running) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+
+    async def _run_forever(self) -> None:
+        while True:
+            await self._slots.acquire()
+            try:
+                job = await self.queue.claim()
+            except Exception:
+                log.exception("could not claim a job")
+                job = None
+            if job is None:
+                self._slots.release()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                self._wake.clear()
+                continue
+            task = asyncio.create_task(self._run(job))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, job: Job) -> None:
+        heartbeat = asyncio.create_task(self._heartbeat(job.id))
+        try:
+            result = await self.handlers[job.kind](job)
+            status = "skipped" if result.get("skipped") else "succeeded"
+            await self.queue.finish(job, status, result=result)
+            log.info("job %d (%s, task %s): %s", job.id, job.kind, job.task_uuid, status)
+        except (Conflict, NotFound) as exc:  # the task moved on (finished, deleted)
+            await self.queue.finish(job, "skipped", result={"skipped": exc.code}, error=str(exc))
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            if job.attempts < job.max_attempts:
+                delay = self.backoff_s * 2 ** (job.attempts - 1)
+                retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+                await self.queue.finish(job, "queued", error=error, retry_at=retry_at)
+                log.warning(
+                    "job %d (task %s) failed, retry in %.1fs: %s",
+                    job.id,
+                    job.task_uuid,
+                    delay,
+                    error,
+                )
+            else:
+                await self.queue.finish(job, "failed", error=error)
+                log.error("job %d (task %s) failed for good: %s", job.id, job.task_uuid, error)
+        finally:
+            heartbeat.cancel()
+            self._slots.release()
+            self._wake.set()
+
+    async def _heartbeat(self, job_id: int) -> None:
+        while True:
+            await asyncio.sleep(self.queue.lease_s / 3)
+            await self.queue.renew(job_id)

@@ -1,0 +1,218 @@
+"""Background condense jobs and the LLM backends behind them, against a real fake LLM server.
+
+The service's appends never wait for a summariser; a failing or hanging summariser ends its
+job failed with the error, and GET /request still serves a payload within the budget.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from app.config import Settings
+from app.main import create_app
+from tests.conftest import task_body
+from tests.fakes import llm_server
+from tests.fakes.llm_server import FakeLLM
+
+Client = httpx.AsyncClient
+fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
+PATHS = {"openai": "/v1/chat/completions", "ollama": "/api/chat", "anthropic": "/v1/messages"}
+
+
+def llm_settings(context_dir: Path, fake: FakeLLM, kind: str = "openai", **extra: Any) -> Settings:
+    values: dict[str, Any] = {
+        "context_dir": context_dir,
+        "fsync": "never",
+        "llm_backend": kind,
+        "llm_base_url": fake.base_url,
+        "llm_model": "fake-model",
+        "llm_timeout_s": 2.0,
+        "llm_max_retries": 0,
+        "llm_retry_backoff_s": 0.01,
+        "job_poll_s": 0.05,
+        "job_backoff_s": 0.05,
+        "job_max_attempts": 2,
+        "request_condense_timeout_s": 1.0,
+    }
+    return Settings(**(values | extra))
+
+
+@asynccontextmanager
+async def service(settings: Settings) -> AsyncIterator[Client]:
+    application = create_app(settings)
+    async with LifespanManager(application) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client
+
+
+async def new_task(client: Client, window: int = 4000) -> str:
+    body = task_body(context_length=window, max_output_tokens=200, system_prompt="Be useful.")
+    response = await client.post("/tasks", json=body)
+    assert response.status_code == 201, response.text
+    uuid: str = response.json()["uuid"]
+    return uuid
+
+
+async def fill(client: Client, uuid: str, count: int, size: int = 1200) -> list[dict[str, Any]]:
+    """Append user/assistant turns one at a time; return the append answers."""
+    answers = []
+    for n in range(count):
+        role = "user" if n % 2 == 0 else "assistant"
+        message = {"role": role, "content": f"turn {n} about src/mod_{n}.py " + "w" * size}
+        response = await client.post(f"/tasks/{uuid}/messages", json=message)
+        assert response.status_code == 201, response.text
+        answers.append(response.json())
+    return answers
+
+
+async def wait_for(check: Callable[[], Any], seconds: float = 10.0) -> Any:
+    """Poll an async check until it returns something truthy (bounded)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        result = await check()
+        if result:
+            return result
+        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+def jobs_of(client: Client, uuid: str) -> Callable[[], Any]:
+    async def check() -> list[dict[str, Any]]:
+        response = await client.get("/jobs", params={"task_uuid": uuid})
+        jobs: list[dict[str, Any]] = response.json()["jobs"]
+        return jobs
+
+    return check
+
+
+def finished_job(client: Client, uuid: str) -> Callable[[], Any]:
+    async def check() -> dict[str, Any] | None:
+        jobs = await jobs_of(client, uuid)()
+        done = [j for j in jobs if j["status"] in ("succeeded", "failed", "skipped")]
+        return done[0] if done else None
+
+    return check
+
+
+async def test_crossing_the_threshold_schedules_one_extractive_condense(
+    client: Client, settings: Settings
+) -> None:
+    """The append that crosses the threshold says compaction_scheduled; the job condenses."""
+    uuid = await new_task(client)
+    answers = await fill(client, uuid, 12)
+    scheduled = [a["compaction_scheduled"] for a in answers]
+    assert scheduled.count(True) >= 1
+    job = await wait_for(finished_job(client, uuid))
+    assert job["status"] == "succeeded", job
+    assert job["kind"] == "condense"
+    assert job["result"]["kind"] == "condense"
+    assert job["result"]["tokens_after"] < job["result"]["tokens_before"]
+    summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+    assert [s["kind"] for s in summaries] == ["condense"]
+    assert summaries[0]["summarizer"] == "extractive"
+    task = (await client.get(f"/tasks/{uuid}")).json()
+    assert task["statistics"]["compression_count"] == 1
+
+
+@pytest.mark.parametrize("kind", sorted(PATHS))
+async def test_each_wire_format_summarises(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+    kind: str,
+) -> None:
+    """A condense through each backend kind puts the LLM's summary in the context."""
+    fake_llm.set("ok", text="Summary from the fake model: src/mod_3.py was edited.")
+    async with service(llm_settings(context_dir, fake_llm, kind)) as client:
+        uuid = await new_task(client, window=100_000)
+        await fill(client, uuid, 12, size=100)
+        outcome = (await client.post(f"/tasks/{uuid}/compress", json={})).json()
+        assert outcome["kind"] == "condense", outcome
+        payload = (await client.get(f"/tasks/{uuid}/request")).json()
+    texts = [m["content"] for m in payload["messages"]]
+    assert any("Summary from the fake model" in t for t in texts)
+    assert fake_llm.paths() == [PATHS[kind]]
+
+
+@pytest.mark.parametrize("behaviour", ["error", "hang"])
+async def test_a_failing_summariser_fails_the_job_and_request_still_fits(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+    behaviour: str,
+) -> None:
+    """Errors and hangs: the job ends failed with its error (after its retries), and /request
+    still serves a payload within budget, by truncation."""
+    fake_llm.set(behaviour)
+    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=0.3)
+    async with service(settings) as client:
+        uuid = await new_task(client)
+        await fill(client, uuid, 12)
+        job = await wait_for(finished_job(client, uuid), seconds=15)
+        assert job["status"] == "failed", job
+        assert job["attempts"] == 2
+        assert job["error"]
+        await fill(client, uuid, 14)
+        response = await client.get(f"/tasks/{uuid}/request")
+        assert response.status_code == 200, response.text
+        assert int(response.headers["X-Context-Tokens"]) <= int(
+            response.headers["X-Context-Budget"]
+        )
+        kinds = [
+            s["kind"] for s in (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+        ]
+        assert "truncation" in kinds
+        assert "condense" not in kinds
+
+
+async def test_appends_do_not_wait_for_a_slow_summariser(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """While a summariser takes seconds, appends keep being answered: all of them come back
+    while the LLM request is still unanswered."""
+    fake_llm.set("ok", delay=3.0)
+    async with service(llm_settings(context_dir, fake_llm, llm_timeout_s=10)) as client:
+        uuid = await new_task(client)
+        await fill(client, uuid, 12)
+        await wait_for(lambda: _returns(bool(fake_llm.requests)))
+        await fill(client, uuid, 10, size=50)  # answered while the summary is pending
+        jobs = await jobs_of(client, uuid)()
+        assert [j["status"] for j in jobs] == ["running"]
+        job = await wait_for(finished_job(client, uuid), seconds=15)
+        assert job["status"] == "succeeded", job
+        history = (await client.get(f"/tasks/{uuid}/messages", params={"limit": 1000})).json()
+    contents = [m["content"] for m in history["messages"] if "marker" not in m]
+    assert sum("turn" in (c or "") for c in contents) == 22  # nothing appended was lost
+
+
+async def _returns(value: bool) -> bool:
+    return value
+
+
+async def test_a_job_running_when_the_process_stopped_resumes_after_restart(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """The process stops mid-job (its LLM call hangs); after a restart the lease runs out,
+    the job is queued again and completes."""
+    fake_llm.set("hang")
+    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=30, job_lease_s=0.5)
+    async with service(settings) as client:
+        uuid = await new_task(client)
+        await fill(client, uuid, 12)
+        await wait_for(lambda: _returns(bool(fake_llm.requests)))
+        assert [j["status"] for j in await jobs_of(client, uuid)()] == ["running"]
+    fake_llm.set("ok", text="Resumed summary.")
+    await asyncio.sleep(0.6)  # the dead process's lease runs out
+    async with service(settings) as client:
+        job = await wait_for(finished_job(client, uuid), seconds=15)
+        assert job["status"] == "succeeded", job
+        assert job["attempts"] == 2
+        payload = (await client.get(f"/tasks/{uuid}/request")).json()
+    assert any("Resumed summary." in (m["content"] or "") for m in payload["messages"])
