@@ -234,6 +234,32 @@ class CompactionService:
             )
             return None
 
+    async def dry_run(self, task_uuid: str) -> dict[str, Any]:
+        """What compaction would do next, without doing it (for GET /context)."""
+        async with self.store.locked(task_uuid) as locked:
+            head, entries, _ = await self._index(locked)
+            tokens = self.payload_tokens(locked, head)
+            budget = self.tasks.budget(locked.task)
+        if tokens < budget.threshold:
+            return {"action": "none"}
+        condense = plans.plan_condense(
+            entries,
+            keep_recent=self.settings.keep_recent,
+            min_to_compress=self.settings.min_to_compress,
+        )
+        if isinstance(condense, Span):
+            return {"action": "condense", **_describe(condense, entries)}
+        if tokens <= budget.allowed:
+            return {"action": "none", "condense_skipped": condense.reason}
+        truncate = plans.plan_truncate(entries)
+        if isinstance(truncate, Span):
+            return {
+                "action": "truncate",
+                "condense_skipped": condense.reason,
+                **_describe(truncate, entries),
+            }
+        return {"action": "elide", "condense_skipped": condense.reason}
+
     async def rewind(self, task_uuid: str, to_seq: int, include_target: bool) -> HeadState:
         """Seed 002's rewind: later history leaves the context, so do later compactions."""
         async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
@@ -330,6 +356,14 @@ class CompactionService:
             summary_id=record.get("summary_id"),
             hidden_messages=span.end - span.start,
         )
+
+
+def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:
+    return {
+        "hides": list(span.hides(entries)),
+        "messages": span.end - span.start,
+        "tokens": span.tokens(entries),
+    }
 
 
 def _entries(files: ContextFiles, end: int) -> list[Entry]:

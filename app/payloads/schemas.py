@@ -23,6 +23,10 @@ class ContextView(BaseModel):
     tools_tokens: int
     token_counter: str
     next_action: Literal["none", "condense", "over_budget"]
+    next_step: dict[str, Any] = Field(
+        description="A dry run of the next compaction: action (none|condense|truncate|elide), "
+        "the positions it would hide, how many messages and tokens, and why a condense is skipped."
+    )
     message_count: int
     last_seq: int
     messages: list[ContextEntry]

@@ -78,6 +78,7 @@ class PayloadService:
 
     async def context_view(self, task_uuid: str) -> AsyncIterator[bytes]:
         """The effective context with per-message tokens, budget and what would happen next."""
+        next_step = await self.compaction.dry_run(task_uuid)
         snapshot = await self.store.snapshot(task_uuid, "current")
         task, head = snapshot.task, snapshot.head
         budget = self.tasks.budget(task)
@@ -92,6 +93,7 @@ class PayloadService:
             "tools_tokens": task.tools_tokens,
             "token_counter": self.store.counter.name,
             "next_action": budget.next_action(tokens),
+            "next_step": next_step,
             "message_count": head.current_messages,
             "last_seq": head.last_seq,
         }
