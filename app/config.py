@@ -62,6 +62,13 @@ class Settings(BaseSettings):
     default_context_length: int = Field(128_000, ge=1024)
     context_buffer: float = Field(0.1, ge=0, lt=1, description="Share of the window kept free.")
     condense_threshold: float = Field(0.7, gt=0, le=1)
+    condense_profile_thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per model: its threshold share; -1 inherits; out of range falls back.",
+    )
+    token_threshold: int | None = Field(
+        None, ge=1, description="An absolute threshold in tokens instead of the share (seed 000)."
+    )
     keep_recent: int = Field(5, ge=1, description="Messages a condense always keeps at the end.")
     min_to_compress: int = Field(5, ge=1, description="Fewer messages than this: no condense.")
     condense_prompt: str = Field(

@@ -59,9 +59,10 @@ def build_services(
     store = ContextStore(
         db=db, layout=layout, locks=TaskLocks(layout), counter=counter, settings=settings
     )
-    tasks = TaskService(store, settings)
+    backends = build_backends(settings, http)
+    tasks = TaskService(store, settings, frozenset(backends))
     summarizer = Summarizer(
-        backends=build_backends(settings, http),
+        backends=backends,
         counter=counter,
         prompt=settings.condense_prompt,
         backend_name=settings.condense_backend,

@@ -1,9 +1,16 @@
 """A context's token budget (SPEC §6). Pure."""
 
+import logging
 import math
 from dataclasses import dataclass
 
+log = logging.getLogger(__name__)
+
 MAX_DEFAULT_RESERVED = 8192
+# Seed 002's bounds on a profile's condense threshold (as a share of the window).
+MIN_THRESHOLD = 0.05
+MAX_THRESHOLD = 1.0
+INHERIT = -1
 
 
 @dataclass(frozen=True)
@@ -25,12 +32,37 @@ def default_reserved_output(window: int) -> int:
     return min(MAX_DEFAULT_RESERVED, window // 5)
 
 
+def effective_threshold(global_share: float, profile: float | None, name: str = "") -> float:
+    """Seed 002's rule: a profile's threshold wins if valid; -1 inherits the global one; an
+    out-of-range value falls back to the global one, with a warning."""
+    if profile is None or profile == INHERIT:
+        return global_share
+    if MIN_THRESHOLD <= profile <= MAX_THRESHOLD:
+        return profile
+    log.warning(
+        "invalid condense threshold %s for profile %r: using the global %s",
+        profile,
+        name,
+        global_share,
+    )
+    return global_share
+
+
 def budget_for(
-    window: int, reserved_output: int, *, buffer: float, condense_threshold: float
+    window: int,
+    reserved_output: int,
+    *,
+    buffer: float,
+    condense_threshold: float,
+    token_threshold: int | None = None,
 ) -> Budget:
+    """The budget; ``token_threshold`` (seed 000's absolute form) replaces the share."""
+    threshold = math.floor(window * condense_threshold)
+    if token_threshold is not None:
+        threshold = token_threshold
     return Budget(
         window=window,
         reserved_output=reserved_output,
         allowed=math.floor(window * (1 - buffer)) - reserved_output,
-        threshold=math.floor(window * condense_threshold),
+        threshold=threshold,
     )

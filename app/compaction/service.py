@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
 
+import orjson
+
 from app.compaction import plans
 from app.compaction.plans import Entry, Skip, Span
 from app.compaction.summarizer import Summarizer
@@ -28,6 +30,7 @@ from app.context.records import HeadState, openai_message
 from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.errors import AppError, Conflict, InvalidInput, TooLarge
 from app.llm.errors import LLMError
+from app.storage.layout import METADATA
 from app.tasks.service import TaskService
 from app.tokens.accounting import PER_PAYLOAD, content_tokens, message_tokens
 
@@ -123,6 +126,7 @@ class CompactionService:
                 if isinstance(plan, Skip):
                     return Outcome("skipped", before, before, reason=plan.reason)
                 span = [e.position for e in entries[plan.start : plan.end]]
+                backend = backend or await asyncio.to_thread(_task_backend, files)
                 handle = await asyncio.to_thread(open, files.messages, "rb")
             try:
                 summary = await self.summarizer.summarize(
@@ -134,9 +138,13 @@ class CompactionService:
                 handle.close()
             if not summary.strip():
                 raise CompactionFailed("the summariser returned an empty summary", code="empty")
-            return await self._commit_condense(task_uuid, span, summary)
+            return await self._commit_condense(
+                task_uuid, span, summary, self.summarizer.describe(backend)
+            )
 
-    async def _commit_condense(self, task_uuid: str, span: list[int], summary: str) -> Outcome:
+    async def _commit_condense(
+        self, task_uuid: str, span: list[int], summary: str, summarizer: str
+    ) -> Outcome:
         async with self.store.locked(task_uuid) as locked:
             head, entries, files = await self._index(locked)
             before = self.payload_tokens(locked, head)
@@ -155,6 +163,7 @@ class CompactionService:
                 )
             marker = {"role": "user", "content": content, "marker": "condense"}
             record = self._summary_record("condense", entries, hidden, content, tokens)
+            record["summarizer"] = summarizer
             return await self._commit(locked, head, files, marker, record, hidden, entries)
 
     async def truncate(self, task_uuid: str) -> Outcome:
@@ -314,7 +323,7 @@ class CompactionService:
             "ratio": round(tokens / original, 4) if original else 0.0,
             "compressed_message_count": span.end - span.start,
             "tokens_saved": original - tokens,
-            "summarizer": self.summarizer.name if kind == "condense" else None,
+            "summarizer": None,
             "created_at": now,
             "timestamp": now,
         }
@@ -356,6 +365,13 @@ class CompactionService:
             summary_id=record.get("summary_id"),
             hidden_messages=span.end - span.start,
         )
+
+
+def _task_backend(files: ContextFiles) -> str | None:
+    """The summary backend the task chose at creation (metadata.json), if any."""
+    metadata = orjson.loads((files.directory / METADATA).read_bytes())
+    choice: str | None = metadata.get("summary_backend")
+    return choice
 
 
 def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:

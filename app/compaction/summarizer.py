@@ -77,9 +77,9 @@ class Summarizer:
             )
         return self.backends.get(chosen)
 
-    @property
-    def name(self) -> str:
-        backend = self.backend()
+    def describe(self, name: str | None = None) -> str:
+        """Which summariser ``name`` resolves to, e.g. "extractive" or "openai:gpt-4o-mini"."""
+        backend = self.backend(name)
         return "extractive" if backend is None else f"{backend.kind}:{backend.model}"
 
     async def summarize(self, records: Iterator[dict[str, Any]], backend: str | None = None) -> str:

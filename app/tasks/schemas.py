@@ -89,6 +89,12 @@ class TaskCreate(BaseModel):
         default_factory=dict, description="Merged into every payload (temperature, ...)."
     )
     inherit: bool | None = None
+    summary_backend: str | None = Field(
+        None,
+        max_length=64,
+        description="A configured LLM backend, by name, for this task's summaries; "
+        "'extractive' for the embedded one. Never a URL.",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("request_defaults")

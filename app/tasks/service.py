@@ -12,7 +12,12 @@ from typing import Any
 
 import orjson
 
-from app.compaction.policy import Budget, budget_for, default_reserved_output
+from app.compaction.policy import (
+    Budget,
+    budget_for,
+    default_reserved_output,
+    effective_threshold,
+)
 from app.config import Settings
 from app.context.files import ContextFiles, write_group
 from app.context.records import ContextAccumulator, HeadState, StatsDelta
@@ -41,17 +46,28 @@ class TaskView:
 
 
 class TaskService:
-    def __init__(self, store: ContextStore, settings: Settings) -> None:
+    def __init__(
+        self, store: ContextStore, settings: Settings, backend_names: frozenset[str]
+    ) -> None:
         self.store = store
         self.settings = settings
+        self.backend_names = backend_names | {"extractive"}
         self._fsync = settings.fsync == "always"
 
     def budget(self, task: Task) -> Budget:
+        return self._budget(task.model, task.context_length, task.max_output_tokens)
+
+    def _budget(self, model: str, window: int, reserved: int) -> Budget:
+        settings = self.settings
+        share = effective_threshold(
+            settings.condense_threshold, settings.condense_profile_thresholds.get(model), model
+        )
         return budget_for(
-            task.context_length,
-            task.max_output_tokens,
-            buffer=self.settings.context_buffer,
-            condense_threshold=self.settings.condense_threshold,
+            window,
+            reserved,
+            buffer=settings.context_buffer,
+            condense_threshold=share,
+            token_threshold=settings.token_threshold,
         )
 
     def view(self, task: Task, head: HeadState | None = None) -> TaskView:
@@ -61,16 +77,17 @@ class TaskService:
 
     async def create(self, body: TaskCreate) -> tuple[TaskView, bool]:
         """Create a task; returns it and whether it is new (False: an idempotent re-POST)."""
+        if body.summary_backend is not None and body.summary_backend not in self.backend_names:
+            raise InvalidInput(
+                f"no LLM backend named {body.summary_backend!r} is configured",
+                code="unknown_backend",
+                details={"configured": sorted(self.backend_names)},
+            )
         task_uuid = str(body.uuid or uuid_module.uuid4())
         fingerprint = _fingerprint(body)
         window = body.context_length or self.settings.default_context_length
         reserved = body.max_output_tokens or default_reserved_output(window)
-        budget = budget_for(
-            window,
-            reserved,
-            buffer=self.settings.context_buffer,
-            condense_threshold=self.settings.condense_threshold,
-        )
+        budget = self._budget(body.model, window, reserved)
         if budget.allowed <= 0:
             raise InvalidInput(
                 f"max_output_tokens {reserved} leaves no room in a {window}-token window",
@@ -154,6 +171,7 @@ class TaskService:
             },
             "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
             "request_defaults": body.request_defaults,
+            "summary_backend": body.summary_backend,
             "inherit": body.inherit,
             "metadata": body.metadata,
         }

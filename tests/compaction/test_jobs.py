@@ -216,3 +216,28 @@ async def test_a_job_running_when_the_process_stopped_resumes_after_restart(
         assert job["attempts"] == 2
         payload = (await client.get(f"/tasks/{uuid}/request")).json()
     assert any("Resumed summary." in (m["content"] or "") for m in payload["messages"])
+
+
+async def test_a_task_picks_its_summariser_by_name_only(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """With an LLM configured, a task that chose "extractive" is condensed without it; an
+    unknown name (or anything like a URL) is refused at creation."""
+    async with service(llm_settings(context_dir, fake_llm)) as client:
+        for name in ("nope", "http://127.0.0.1:9/v1"):
+            body = task_body(model="m", summary_backend=name)
+            refused = await client.post("/tasks", json=body)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["error"]["code"] == "unknown_backend"
+        body = task_body(
+            context_length=100_000, summary_backend="extractive", system_prompt="Be useful."
+        )
+        uuid = (await client.post("/tasks", json=body)).json()["uuid"]
+        await fill(client, uuid, 12)
+        response = await client.post(f"/tasks/{uuid}/compress", json={})
+        assert response.status_code == 200, response.text
+        assert response.json()["kind"] == "condense", response.text
+        summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+    assert summaries[0]["summarizer"] == "extractive"
+    assert fake_llm.requests == []

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.compaction.policy import budget_for, default_reserved_output
+from app.compaction.policy import budget_for, default_reserved_output, effective_threshold
 from app.errors import Conflict
 from app.tasks.lifecycle import TRANSITIONS, next_status
 
@@ -28,3 +28,22 @@ def test_transition_table(action: str, status: str) -> None:
         with pytest.raises(Conflict) as caught:
             next_status(action, status)
         assert caught.value.code == "invalid_transition"
+
+
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [(None, 0.7), (-1, 0.7), (0.5, 0.5), (1.0, 1.0), (0.05, 0.05), (1.5, 0.7), (0.0, 0.7)],
+)
+def test_profile_thresholds_follow_seed_002(profile: float | None, expected: float) -> None:
+    assert effective_threshold(0.7, profile, "m") == expected
+
+
+def test_an_invalid_profile_threshold_warns(caplog: pytest.LogCaptureFixture) -> None:
+    assert effective_threshold(0.7, 7, "gpt-x") == 0.7
+    assert "invalid condense threshold 7 for profile 'gpt-x'" in caplog.text
+
+
+def test_absolute_token_threshold_replaces_the_share() -> None:
+    budget = budget_for(100_000, 8192, buffer=0.1, condense_threshold=0.7, token_threshold=8000)
+    assert budget.threshold == 8000
+    assert budget.allowed == 90_000 - 8192

@@ -1,0 +1,295 @@
+"""A real HTTP chat server on 127.0.0.1 for the LLM backend tests, speaking three wire formats.
+
+    POST /v1/chat/completions   OpenAI-compatible  -> choices[0].message.content
+    POST /api/chat              Ollama (stream false) -> message.content
+    POST /v1/messages           Anthropic Messages -> content[] blocks of type "text"
+
+It runs uvicorn in a background thread on a port the OS picked. Its behaviour is set on the
+:class:`FakeLLM` the ``fake_llm`` fixture yields, and applies to every path:
+
+    ok       200 with ``text`` in the format of the path (or ``reply`` verbatim, when set);
+             a request a real server would refuse (no model, no messages, a system turn
+             or no max_tokens for Anthropic, streaming) gets 400 instead
+    error    ``fail_status`` (500) with the format's error JSON (+ Retry-After if ``retry_after``)
+    flaky    ``failures`` times as "error", then as "ok"
+    reject   400 with the format's error JSON
+             (both with ``error_message`` as the message, when set)
+    empty    200, well-formed, with an empty text
+    garbage  200 with a body that is not JSON
+    hang     no answer until the server stops (then 503)
+
+``delay`` (seconds) is waited before any answer. Every request is recorded (path, lower-case
+headers, JSON body) before the behaviour applies. Stopping (or :meth:`FakeLLM.reset`) wakes every
+waiting handler, so the server stops promptly with "hang" requests in flight.
+
+Tests use the fixture with ``from tests.fakes.llm_server import fake_llm  # noqa: F401``.
+"""
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+__all__ = ["Behaviour", "FakeLLM", "RecordedRequest", "fake_llm", "running_fake_llm"]
+
+Behaviour = Literal["ok", "error", "flaky", "reject", "empty", "garbage", "hang"]
+
+OPENAI_PATH = "/v1/chat/completions"
+OLLAMA_PATH = "/api/chat"
+ANTHROPIC_PATH = "/v1/messages"
+START_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 5
+_POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: Any  # the parsed JSON, None when the body was not JSON
+
+
+@dataclass
+class FakeLLM:
+    """The server's behaviour (set it freely between calls) and what it has received."""
+
+    behaviour: Behaviour = "ok"
+    text: str = "This is the summary."
+    reply: dict[str, Any] | None = None
+    failures: int = 0
+    fail_status: int = 500
+    retry_after: str | None = None
+    error_message: str | None = None
+    delay: float = 0.0
+    base_url: str = ""
+    requests: list[RecordedRequest] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
+    _failed: int = 0
+    _generation: int = 0
+
+    def reset(self) -> None:
+        """Back to the defaults with no requests; wakes the handlers still waiting ("hang")."""
+        with self._lock:
+            for spec in fields(self):
+                if spec.name.startswith("_") or spec.name == "base_url":
+                    continue
+                if spec.default_factory is not MISSING:
+                    setattr(self, spec.name, spec.default_factory())
+                else:
+                    setattr(self, spec.name, spec.default)
+            self._failed = 0
+            self._generation += 1
+
+    def set(self, behaviour: Behaviour, **options: Any) -> None:
+        """Switch behaviour (and any other field, e.g. ``failures=2``); restarts the flaky count."""
+        with self._lock:
+            self.behaviour = behaviour
+            for name, value in options.items():
+                if not hasattr(self, name) or name.startswith("_"):
+                    raise AttributeError(name)
+                setattr(self, name, value)
+            self._failed = 0
+
+    def paths(self) -> list[str]:
+        with self._lock:
+            return [r.path for r in self.requests]
+
+    @property
+    def last(self) -> RecordedRequest:
+        with self._lock:
+            return self.requests[-1]
+
+    # Server side -----------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = None
+        path = request.url.path
+        with self._lock:
+            self.requests.append(RecordedRequest(path, dict(request.headers.items()), body))
+            behaviour = self.behaviour
+            if behaviour == "flaky":
+                behaviour = "error" if self._failed < self.failures else "ok"
+                self._failed += 1
+            generation = self._generation
+        await self._sleep(self.delay, generation)
+        if behaviour == "hang":
+            await self._sleep(float("inf"), generation)
+            return _error(path, 503, "server stopping")
+        if behaviour == "error":
+            headers = {"retry-after": self.retry_after} if self.retry_after else None
+            message = self.error_message or "internal error"
+            return _error(path, self.fail_status, message, headers)
+        if behaviour == "reject":
+            return _error(path, 400, self.error_message or "invalid request")
+        if behaviour == "garbage":
+            return Response(b"<html>502 Bad Gateway</html>", 200, media_type="text/html")
+        problem = _invalid(path, body)
+        if problem:
+            return _error(path, 400, problem)
+        if self.reply is not None:
+            return JSONResponse(self.reply)
+        text = "" if behaviour == "empty" else self.text
+        return JSONResponse(_ok(path, str(body.get("model")), text))
+
+    async def _sleep(self, seconds: float, generation: int) -> None:
+        """Sleep up to ``seconds``, waking as soon as the server stops or is reset."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self._stopping.is_set() or self._generation != generation:
+                return
+            await asyncio.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def _invalid(path: str, body: Any) -> str | None:
+    """Why a real server would refuse this request body, or None."""
+    if not isinstance(body, dict):
+        return "body is not a JSON object"
+    if not body.get("model") or not isinstance(body.get("messages"), list) or not body["messages"]:
+        return "model and messages are required"
+    if body.get("stream"):
+        return "this fake does not stream"
+    if path == ANTHROPIC_PATH:
+        if not isinstance(body.get("max_tokens"), int):
+            return "max_tokens: field required"
+        if any(m.get("role") not in ("user", "assistant") for m in body["messages"]):
+            return "messages: roles must be user or assistant (system goes top-level)"
+        if "system" in body and not isinstance(body["system"], str | list):
+            return "system: must be a string or a list of blocks"
+    if path == OLLAMA_PATH and body.get("stream") is not False:
+        return "this fake needs stream false"
+    return None
+
+
+def _ok(path: str, model: str, text: str) -> dict[str, Any]:
+    if path == OPENAI_PATH:
+        return {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+    if path == OLLAMA_PATH:
+        return {
+            "model": model,
+            "created_at": "2024-01-01T00:00:00Z",
+            "message": {"role": "assistant", "content": text},
+            "done": True,
+            "done_reason": "stop",
+            "prompt_eval_count": 10,
+            "eval_count": 5,
+        }
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def _error(
+    path: str, status: int, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body: dict[str, Any]
+    if path == OLLAMA_PATH:
+        body = {"error": message}
+    elif path == ANTHROPIC_PATH:
+        body = {"type": "error", "error": {"type": "api_error", "message": message}}
+    else:
+        body = {"error": {"message": message, "type": "server_error", "code": None}}
+    return JSONResponse(body, status, headers=headers)
+
+
+@contextlib.contextmanager
+def running_fake_llm() -> Iterator[FakeLLM]:
+    """Start the server, yield its :class:`FakeLLM` (``base_url`` set), stop it on exit."""
+    fake = FakeLLM()
+    routes = [Route(p, fake.handle, methods=["POST"]) for p in (OPENAI_PATH, OLLAMA_PATH)]
+    routes.append(Route(ANTHROPIC_PATH, fake.handle, methods=["POST"]))
+    config = uvicorn.Config(
+        Starlette(routes=routes),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        loop="asyncio",
+        timeout_graceful_shutdown=STOP_TIMEOUT_S,
+    )
+    server = uvicorn.Server(config)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    fake.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="fake-llm", daemon=True
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the fake LLM server did not start")
+            time.sleep(0.01)
+        yield fake
+    finally:
+        fake._stopping.set()
+        server.should_exit = True
+        thread.join(STOP_TIMEOUT_S + 1)
+        sock.close()
+        if thread.is_alive():
+            raise RuntimeError("the fake LLM server did not stop")
+
+
+_shared: dict[str, FakeLLM] = {}
+
+
+@pytest.fixture
+def fake_llm(request: pytest.FixtureRequest) -> Iterator[FakeLLM]:
+    """The fake LLM server, reset for this test (see the module docstring).
+
+    One server serves the whole session (starting one costs ~0.3 s); it is stopped when the
+    session ends. Each test gets it with the defaults and no recorded requests, and the
+    handlers a test left waiting are woken when it ends.
+    """
+    fake = _shared.get("fake")
+    if fake is None:
+        stack = contextlib.ExitStack()
+        fake = stack.enter_context(running_fake_llm())
+        _shared["fake"] = fake
+
+        def stop() -> None:
+            _shared.pop("fake", None)
+            stack.close()
+
+        request.session.addfinalizer(stop)
+    fake.reset()
+    yield fake
+    fake.reset()
