@@ -186,9 +186,15 @@ async def test_appends_do_not_wait_for_a_slow_summariser(
         assert [j["status"] for j in jobs] == ["running"]
         job = await wait_for(finished_job(client, uuid), seconds=15)
         assert job["status"] == "succeeded", job
+        assert job["result"]["kind"] == "condense"
         history = (await client.get(f"/tasks/{uuid}/messages", params={"limit": 1000})).json()
+        payload = (await client.get(f"/tasks/{uuid}/request")).json()
     contents = [m["content"] for m in history["messages"] if "marker" not in m]
     assert sum("turn" in (c or "") for c in contents) == 22  # nothing appended was lost
+    # The 10 appended while the summariser ran stay in the context, after the summary.
+    texts = [m["content"] or "" for m in payload["messages"]]
+    assert all(any(t.startswith(f"turn {n} ") for t in texts[-10:]) for n in range(10))
+    assert any(t.startswith("[Summary of the earlier conversation") for t in texts)
 
 
 async def _returns(value: bool) -> bool:
