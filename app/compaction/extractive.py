@@ -50,6 +50,8 @@ MAX_PENDING_CALLS = 256
 
 # Lengths of excerpts, in characters.
 USER_MAX, USER_HEAD, USER_TAIL = 700, 450, 200
+# An earlier condense's summary, met again when the context is condensed once more.
+EARLIER_MAX, EARLIER_HEAD, EARLIER_TAIL = 4000, 2800, 1000
 NOTE_MAX = 200
 ERROR_MAX = 200
 SALIENT_MAX = 100
@@ -503,12 +505,20 @@ class DigestState:
     seen_errors: BoundedSet = field(default_factory=lambda: BoundedSet(MAX_SEEN_ERRORS))
     paths: PathIndex = field(default_factory=PathIndex)
     pending: dict[str, ToolCall] = field(default_factory=dict)
+    earlier: HeadTail = field(default_factory=lambda: HeadTail(1, 2))
     last_text: str = ""
     last_call: ToolCall | None = None
 
     def add(self, record: dict[str, Any]) -> None:
-        if not record.get("role"):
-            return  # a marker record (condense, rewind...), not a message
+        marker = record.get("marker")
+        if not record.get("role") or marker == "truncation":
+            return  # a rewind or truncation marker: nothing said in it
+        if marker == "condense":  # an earlier summary: kept as such, not as a user request
+            text = content_text(record.get("content"))
+            for path, tier in record_paths(record):
+                self.paths.add(path, tier)
+            self.earlier.add(cut_middle(normalize(text), EARLIER_MAX, EARLIER_HEAD, EARLIER_TAIL))
+            return
         role = str(record["role"])
         self.counts[role] = self.counts.get(role, 0) + 1
         if "seq" in record:
@@ -713,6 +723,7 @@ def _sections(state: DigestState, root: str | None) -> dict[str, Section]:
 
     latest = [short(item) for item in _latest_items(state)]
     return {
+        EARLIER: _stream_section(EARLIER, state.earlier, short),
         "User requests": _stream_section("User requests", state.users, short),
         "Assistant notes": _stream_section("Assistant notes", state.notes, short),
         "Tool calls": _stream_section("Tool calls", state.calls, short_call),
@@ -728,7 +739,9 @@ def _sections(state: DigestState, root: str | None) -> dict[str, Section]:
 # Display order; the share of the budget each section gets first; who gets what is left, in turn.
 # Paths only seen in tool output come last: they get what no other section wants.
 OUTPUT_PATHS = "Other paths seen in tool output"
+EARLIER = "Earlier summaries"
 _ORDER = (
+    EARLIER,
     "User requests",
     "Assistant notes",
     "Tool calls",
@@ -738,15 +751,17 @@ _ORDER = (
     "Latest state",
 )
 _SHARES = {
-    "Files": 0.25,
-    "Errors": 0.18,
-    "User requests": 0.2,
-    "Latest state": 0.12,
-    "Tool calls": 0.15,
-    "Assistant notes": 0.1,
+    EARLIER: 0.2,  # an empty section leaves its share to the others
+    "Files": 0.2,
+    "Errors": 0.14,
+    "User requests": 0.16,
+    "Latest state": 0.1,
+    "Tool calls": 0.12,
+    "Assistant notes": 0.08,
     OUTPUT_PATHS: 0.0,
 }
 _PRIORITY = (
+    EARLIER,
     "Files",
     "Errors",
     "User requests",

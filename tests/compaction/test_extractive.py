@@ -425,3 +425,22 @@ def test_recall_over_the_longest_files(capsys: pytest.CaptureFixture[str]) -> No
         assert error_hits >= 0.9 * len(errors), name
         all_recalls.append(all_hits / len(tiers) if tiers else 1.0)
     assert sum(all_recalls) / len(all_recalls) >= 0.5
+
+
+def test_an_earlier_summary_is_kept_as_such_when_condensing_again() -> None:
+    """Condensing a context that already holds a condense summary keeps that summary (up to
+    its share) under its own heading, not cut down like a user request."""
+    earlier = "Previous work: fixed src/auth.py login bug. " + "Details. " * 200
+    records = [
+        {"seq": 40, "role": "user", "content": earlier, "marker": "condense", "hides": [3, 30]},
+        {"seq": 41, "role": "user", "content": "Now add tests."},
+        {"seq": 42, "role": "assistant", "content": "Adding tests for the login flow."},
+    ]
+    digest = extractive_digest(records)
+    assert "Earlier summaries:" in digest
+    assert "Previous work: fixed src/auth.py login bug." in digest
+    assert len(digest.split("Earlier summaries:")[1].split("User requests:")[0]) > 1000
+    users = digest.split("User requests:")[1].split("Assistant notes:")[0]
+    assert "Previous work" not in users
+    assert "Now add tests." in users
+    assert "src/auth.py" in digest.split("Files:")[1]
