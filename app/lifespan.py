@@ -85,6 +85,16 @@ def build_services(
         return False
 
     store.after_commit = schedule_condense
+
+    def journal(file_name: str, *, key: str, time_field: str) -> JournalService:
+        return JournalService(
+            store,
+            file_name=file_name,
+            key=key,
+            time_field=time_field,
+            max_page_bytes=settings.max_page_bytes,
+        )
+
     runner = JobRunner(
         jobs,
         {"condense": condense_job},
@@ -98,27 +108,9 @@ def build_services(
         store=store,
         tasks=tasks,
         messages=MessageService(store, settings),
-        tools=JournalService(
-            store,
-            file_name=TOOLS,
-            key="seq",
-            time_field="timestamp",
-            max_page_bytes=settings.max_page_bytes,
-        ),
-        planning=JournalService(
-            store,
-            file_name=PLANNING,
-            key="id",
-            time_field="created_at",
-            max_page_bytes=settings.max_page_bytes,
-        ),
-        summaries=JournalService(
-            store,
-            file_name=SUMMARIES,
-            key="id",
-            time_field="created_at",
-            max_page_bytes=settings.max_page_bytes,
-        ),
+        tools=journal(TOOLS, key="seq", time_field="timestamp"),
+        planning=journal(PLANNING, key="id", time_field="created_at"),
+        summaries=journal(SUMMARIES, key="id", time_field="created_at"),
         compaction=compaction,
         jobs=jobs,
         runner=runner,
