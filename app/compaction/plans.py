@@ -20,6 +20,7 @@ class Entry:
     role: str
     tokens: int
     marker: str | None
+    last: int | None = None  # a compaction marker: the last position it stands for (hides[1])
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> "Entry":
@@ -29,6 +30,7 @@ class Entry:
             role=record["role"],
             tokens=record["tokens"],
             marker=record.get("marker"),
+            last=record["hides"][1] if "hides" in record else None,
         )
 
 
@@ -38,7 +40,10 @@ class Span:
     end: int  # index after the last hidden entry
 
     def hides(self, entries: list[Entry]) -> tuple[int, int]:
-        return entries[self.start].position, entries[self.end - 1].position
+        """Positions from the first entry to the end of the last one: a marker at the end of
+        the span takes what it hid along (else those records would show again)."""
+        last = entries[self.end - 1]
+        return entries[self.start].position, last.position if last.last is None else last.last
 
     def tokens(self, entries: list[Entry]) -> int:
         return sum(e.tokens for e in entries[self.start : self.end])
@@ -84,12 +89,23 @@ def plan_truncate(entries: list[Entry]) -> Span | Skip:
     if count == 0:
         return Skip("nothing_to_truncate")
     span = _pair_safe(entries, head, head + count)
+    if all(e.marker for e in entries[span.start : span.end]):
+        # Moving the end back before a call left only markers, whose hiding gains nothing:
+        # take the call and its results along instead, if anything remains after them.
+        span = _with_results(entries, span.start, head + count)
     if span.end <= span.start:
         return Skip("nothing_to_truncate")
     return span
 
 
-def largest(entries: list[Entry]) -> int | None:
-    """Index of the largest entry that is not the head's system prompt."""
-    candidates = [i for i, e in enumerate(entries) if e.role != "system"]
-    return max(candidates, key=lambda i: entries[i].tokens, default=None)
+def _with_results(entries: list[Entry], start: int, end: int) -> Span:
+    while end < len(entries) and entries[end].role == "tool":
+        end += 1
+    return Span(start, end) if end < len(entries) else Span(start, start)
+
+
+def by_size(entries: list[Entry], *, minimum: int = 0) -> list[int]:
+    """Indexes of the entries over ``minimum`` tokens that are not system messages, largest
+    first (the candidates for an elision)."""
+    candidates = [i for i, e in enumerate(entries) if e.role != "system" and e.tokens > minimum]
+    return sorted(candidates, key=lambda i: -entries[i].tokens)

@@ -41,6 +41,7 @@ TRUNCATION_TEXT = "[Sliding window truncation: {count} messages hidden to reduce
 SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
 ELISION_TEXT = "\n[... {cut} characters elided to fit the context window ...]\n"
 MAX_FIT_ROUNDS = 12
+MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
 
 
 class CompactionFailed(AppError):
@@ -155,12 +156,8 @@ class CompactionService:
             content = SUMMARY_HEADER.format(count=len(span)) + summary.strip()
             tokens = message_tokens(self.store.counter, {"role": "user", "content": content})
             original = hidden.tokens(entries)
-            if tokens >= original:
-                raise CompactionFailed(
-                    "the summary is not smaller than what it replaces",
-                    code="context_grew",
-                    details={"summary_tokens": tokens, "original_tokens": original},
-                )
+            if tokens >= original:  # e.g. a digest of a few short messages: no progress
+                return Outcome("skipped", before, before, reason="context_grew")
             marker = {"role": "user", "content": content, "marker": "condense"}
             record = self._summary_record("condense", entries, hidden, content, tokens)
             record["summarizer"] = summarizer
@@ -176,24 +173,30 @@ class CompactionService:
                 return Outcome("skipped", before, before, reason=plan.reason)
             content = TRUNCATION_TEXT.format(count=plan.end - plan.start)
             tokens = message_tokens(self.store.counter, {"role": "user", "content": content})
+            if tokens >= plan.tokens(entries):  # e.g. only an older marker: no progress
+                return Outcome("skipped", before, before, reason="context_grew")
             marker = {"role": "user", "content": content, "marker": "truncation"}
             record = self._summary_record("truncation", entries, plan, content, tokens)
             return await self._commit(locked, head, files, marker, record, plan, entries)
 
     async def elide(self, task_uuid: str, excess: int) -> Outcome:
-        """Cut the middle out of the largest message, to lose ``excess`` tokens (a last resort)."""
+        """Cut the middle out of the largest message, to lose ``excess`` tokens (a last resort).
+
+        The largest message whose content can shrink: one whose size is in its tool calls'
+        arguments (or that was elided already) gives way to the next largest.
+        """
         async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
             head, entries, files = await self._index(locked)
             before = self.payload_tokens(locked, head)
-            index = plans.largest(entries)
-            if index is None or entries[index].tokens <= 64:
-                return Outcome("skipped", before, before, reason="nothing_to_elide")
-            entry = entries[index]
-            original = await asyncio.to_thread(_read_entry, files, entry, head.messages_bytes)
-            message = openai_message(original)
-            message["content"] = _elided(self.store, message.get("content"), excess)
-            tokens = message_tokens(self.store.counter, message)
-            if tokens >= entry.tokens:
+            for index in plans.by_size(entries, minimum=64):
+                entry = entries[index]
+                original = await asyncio.to_thread(_read_entry, files, entry, head.messages_bytes)
+                message = openai_message(original)
+                message["content"] = _elided(self.store, message.get("content"), excess)
+                tokens = message_tokens(self.store.counter, message)
+                if entry.tokens - tokens >= MIN_ELISION_GAIN:
+                    break
+            else:
                 return Outcome("skipped", before, before, reason="nothing_to_elide")
             marker = {**message, "marker": "elision"}
             if original.get("tool_name"):

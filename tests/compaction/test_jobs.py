@@ -18,7 +18,7 @@ from app.config import Settings
 from app.main import create_app
 from tests.conftest import task_body
 from tests.fakes import llm_server
-from tests.fakes.llm_server import FakeLLM
+from tests.fakes.llm_server import Behaviour, FakeLLM
 
 Client = httpx.AsyncClient
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
@@ -144,7 +144,7 @@ async def test_each_wire_format_summarises(
 async def test_a_failing_summariser_fails_the_job_and_request_still_fits(
     context_dir: Path,
     fake_llm: FakeLLM,
-    behaviour: str,
+    behaviour: Behaviour,
 ) -> None:
     """Errors and hangs: the job ends failed with its error (after its retries), and /request
     still serves a payload within budget, by truncation."""
