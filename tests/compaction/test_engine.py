@@ -698,9 +698,10 @@ async def test_rewind_to_an_invalid_target_is_refused(
 
 
 async def test_current_is_rebuilt_byte_identical_after_compactions_and_rewinds(
-    client: httpx.AsyncClient, context_dir: Path
+    client: httpx.AsyncClient, context_dir: Path, settings: Settings
 ) -> None:
-    """SPEC §3.2: current.jsonl deleted after condense, truncate, rewinds: rebuilt the same."""
+    """SPEC §3.2: current.jsonl deleted after condense, truncate, rewinds, then the service
+    restarted: it is rebuilt the same, and the restarted service serves the same payload."""
     uuid = await new_task(client)
     await append(client, uuid, tool_conversation(10))  # 2..22
     assert (await compress(client, uuid, "condense"))["kind"] == "condense"  # 23
@@ -722,9 +723,15 @@ async def test_current_is_rebuilt_byte_identical_after_compactions_and_rewinds(
     assert [json.loads(line) for line in live.splitlines()] == body["messages"]
 
     current.unlink()
-    rebuilt_body, rebuilt_tokens, _ = await payload(client, uuid)
+    async with (
+        LifespanManager(create_app(settings)) as manager,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://test"
+        ) as restarted,
+    ):
+        rebuilt_body, rebuilt_tokens, _ = await payload(restarted, uuid)
+        assert (await statistics(restarted, uuid))["context"] == view
 
     assert current.read_bytes() == live
     assert rebuilt_body == body
     assert rebuilt_tokens == tokens
-    assert (await statistics(client, uuid))["context"] == view

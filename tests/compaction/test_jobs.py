@@ -247,3 +247,44 @@ async def test_a_task_picks_its_summariser_by_name_only(
         summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
     assert summaries[0]["summarizer"] == "extractive"
     assert fake_llm.requests == []
+
+
+async def test_a_span_larger_than_the_summariser_window_is_summarised_in_chunks(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """The summariser's own window is small: the span goes in several calls, each within it,
+    and one more call combines their summaries."""
+    fake_llm.set("ok", text="Part summary.")
+    settings = llm_settings(context_dir, fake_llm, llm_window=1500, summary_max_tokens=200)
+    async with service(settings) as client:
+        uuid = await new_task(client, window=100_000)
+        await fill(client, uuid, 14)
+        response = await client.post(f"/tasks/{uuid}/compress", json={})
+        assert response.json()["kind"] == "condense", response.text
+    bodies = [r.body for r in fake_llm.requests]
+    assert len(bodies) >= 3
+    combine = bodies[-1]["messages"][-1]["content"]
+    assert combine.startswith("These are summaries of consecutive parts")
+    assert combine.count("Part summary.") == len(bodies) - 1
+    for body in bodies[:-1]:  # each chunk fits the backend's window (chars/4 estimate)
+        assert sum(len(m["content"]) for m in body["messages"]) // 4 <= 1500
+
+
+async def test_a_prompt_with_messages_gets_them_inline(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """Seed 001 §7.3: a prompt containing {messages} receives them as [ROLE]: content lines."""
+    settings = llm_settings(context_dir, fake_llm, condense_prompt="Sum up:\n{messages}\nDone.")
+    async with service(settings) as client:
+        uuid = await new_task(client, window=100_000)
+        await fill(client, uuid, 12)
+        response = await client.post(f"/tasks/{uuid}/compress", json={})
+        assert response.json()["kind"] == "condense", response.text
+    [request] = fake_llm.requests
+    [message] = request.body["messages"]
+    assert message["role"] == "user"
+    assert message["content"].startswith("Sum up:\n[ASSISTANT]: turn 1 about src/mod_1.py")
+    assert "\n[USER]: turn 2 about" in message["content"]
+    assert message["content"].endswith("\nDone.")
