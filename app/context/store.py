@@ -291,18 +291,11 @@ class ContextStore:
 
     async def save_head(self, task_uuid: str, head: HeadState, *, compactions: int = 0) -> None:
         """Commit a head rebuilt by a compaction or rewind. Hold the task lock."""
-        async with self.db.transaction() as session:
-            connection = await session.connection()
-            await connection.execute(_head_update(task_uuid, head))
-            await connection.execute(
-                update(Task)
-                .where(Task.uuid == task_uuid)
-                .values(
-                    updated_at=datetime.now(UTC),
-                    compression_count=Task.compression_count + compactions,
-                    total_summaries=Task.total_summaries + compactions,
-                )
-            )
+        counters = {
+            "compression_count": Task.compression_count + compactions,
+            "total_summaries": Task.total_summaries + compactions,
+        }
+        await self._commit_head(task_uuid, head, counters, [])
 
     async def _save(
         self,
@@ -312,18 +305,26 @@ class ContextStore:
         stats: StatsDelta,
         new_keys: list[IdempotentResult],
     ) -> None:
-        """Move the committed head and the task's statistics, in one transaction."""
+        keys = [*recovery.idempotent_results, *new_keys]
+        await self._commit_head(task_uuid, head, _stats_values(recovery, stats), keys)
+
+    async def _commit_head(
+        self,
+        task_uuid: str,
+        head: HeadState,
+        task_values: dict[str, Any],
+        keys: list[IdempotentResult],
+    ) -> None:
+        """Move the committed head, update the task row and register keys: one transaction."""
         now = datetime.now(UTC)
         async with self.db.transaction() as session:
             # Core statements on the connection: the ORM's DML bookkeeping costs as much again.
             connection = await session.connection()
             await connection.execute(_head_update(task_uuid, head))
             await connection.execute(
-                update(Task)
-                .where(Task.uuid == task_uuid)
-                .values(updated_at=now, **_stats_values(recovery, stats))
+                update(Task).where(Task.uuid == task_uuid).values(updated_at=now, **task_values)
             )
-            for result in [*recovery.idempotent_results, *new_keys]:
+            for result in keys:
                 await session.merge(
                     IdempotencyKey(
                         task_uuid=task_uuid,
