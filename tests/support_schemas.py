@@ -130,3 +130,17 @@ def validate_openai_request(payload: Any) -> None:
             problems.append(f"{source}: {len(errors)} error(s)\n  {shown}{more}")
     if problems:
         raise AssertionError("invalid OpenAI chat completion request:\n" + "\n".join(problems))
+
+
+def assert_tool_pairing(messages: list[dict[str, Any]]) -> None:
+    """SPEC §3.4: each tool result answers an earlier call of the payload; calls are answered
+    before any other message (an assistant's calls may stay open only at the very end)."""
+    open_calls: set[str] = set()
+    for index, message in enumerate(messages):
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in open_calls, (index, message["tool_call_id"])
+            open_calls.discard(message["tool_call_id"])
+            continue
+        assert not open_calls, (index, open_calls)
+        if message["role"] == "assistant":
+            open_calls = {call["id"] for call in message.get("tool_calls") or ()}

@@ -19,7 +19,7 @@ import pytest
 
 from app.config import Settings
 from tests.conftest import CORPUS, task_body
-from tests.support_schemas import validate_openai_request
+from tests.support_schemas import assert_tool_pairing, validate_openai_request
 
 LONGEST = [p.name for p in sorted(CORPUS.glob("*.jsonl"), key=lambda p: -p.stat().st_size)[:6]]
 BATCH = 10
@@ -36,20 +36,6 @@ def settings(context_dir: Path) -> Settings:
 def load(name: str) -> list[dict[str, Any]]:
     lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if line.strip()]
-
-
-def assert_tool_pairing(messages: list[dict[str, Any]]) -> None:
-    """Each result answers an open call of an earlier assistant message of the payload; calls
-    are answered before any other message (calls may stay open at the very end)."""
-    open_calls: list[str] = []
-    for index, message in enumerate(messages):
-        if message["role"] == "tool":
-            assert message["tool_call_id"] in open_calls, (index, message["tool_call_id"])
-            open_calls.remove(message["tool_call_id"])
-            continue
-        assert not open_calls, (index, open_calls)
-        if message["role"] == "assistant":
-            open_calls = [call["id"] for call in message.get("tool_calls") or ()]
 
 
 async def all_summaries(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from app.context.files import ContextFiles, CurrentRender
 from app.main import create_app
 from tests.api.helpers import assert_error, read_jsonl, task_dir
 from tests.conftest import task_body
+from tests.support_schemas import assert_tool_pairing
 
 Message = dict[str, Any]
 
@@ -126,23 +127,6 @@ async def statistics(client: httpx.AsyncClient, uuid: str) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     task: dict[str, Any] = response.json()
     return task
-
-
-def assert_tool_pairing(messages: list[Message]) -> None:
-    """SPEC §3.4: each result answers an earlier call; calls are answered before anything else."""
-    open_calls: set[str] = set()
-    called: set[str] = set()
-    for index, message in enumerate(messages):
-        if message["role"] == "tool":
-            assert message["tool_call_id"] in open_calls, (index, message["tool_call_id"])
-            open_calls.discard(message["tool_call_id"])
-            continue
-        assert not open_calls, (index, open_calls)
-        if message["role"] == "assistant":
-            ids = {call["id"] for call in message.get("tool_calls") or ()}
-            assert not ids & called
-            open_calls |= ids
-            called |= ids
 
 
 # -- condense ---------------------------------------------------------------------------------

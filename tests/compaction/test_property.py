@@ -36,6 +36,7 @@ from app.main import create_app
 from tests.api.helpers import task_dir
 from tests.compaction.test_effective import reference_context
 from tests.conftest import task_body
+from tests.support_schemas import assert_tool_pairing
 
 Step = tuple[Any, ...]
 
@@ -126,20 +127,6 @@ async def request(run: Run) -> None:
     assert tokens <= budget, (tokens, budget)
     assert_tool_pairing(response.json()["messages"])
     run.requests += 1
-
-
-def assert_tool_pairing(messages: list[dict[str, Any]]) -> None:
-    """Each tool result answers an earlier call of the payload; calls are answered before any
-    other message (an assistant's calls may stay open only at the very end)."""
-    open_calls: set[str] = set()
-    for index, message in enumerate(messages):
-        if message["role"] == "tool":
-            assert message["tool_call_id"] in open_calls, (index, message["tool_call_id"])
-            open_calls.discard(message["tool_call_id"])
-            continue
-        assert not open_calls, (index, open_calls)
-        if message["role"] == "assistant":
-            open_calls = {call["id"] for call in message.get("tool_calls") or ()}
 
 
 async def settle(run: Run) -> None:
