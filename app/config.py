@@ -126,7 +126,3 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{self.context_dir.resolve() / 'tasks.db'}"
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.effective_database_url.startswith("sqlite")

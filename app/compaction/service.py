@@ -249,11 +249,12 @@ class CompactionService:
     async def dry_run(self, task_uuid: str) -> dict[str, Any]:
         """What compaction would do next, without doing it (for GET /context)."""
         async with self.store.locked(task_uuid) as locked:
-            head, entries, _ = await self._index(locked)
+            head = await self.store.recovered_head(locked)
             tokens = self.payload_tokens(locked, head)
             budget = self.tasks.budget(locked.task)
-        if tokens < budget.threshold:
-            return {"action": "none"}
+            if tokens < budget.threshold:  # the usual case: no need to index the context
+                return {"action": "none"}
+            _, entries, _ = await self._index(locked)
         condense = plans.plan_condense(
             entries,
             keep_recent=self.settings.keep_recent,

@@ -43,7 +43,3 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
