@@ -82,6 +82,17 @@ class Settings(BaseSettings):
         20.0, gt=0, description="How long GET /request waits for a condense before truncating."
     )
 
+    token_counter: Literal["auto", "heuristic", "o200k_base", "cl100k_base"] = Field(
+        "auto",
+        description="auto: exact BPE counts for the model's family (o200k_base unless an older "
+        "OpenAI model), the characters/4 heuristic if the encoding cannot be loaded.",
+    )
+    calibration_min: float = Field(0.5, gt=0, description="Lowest calibration factor.")
+    calibration_max: float = Field(3.0, ge=1, description="Highest calibration factor.")
+    calibration_smoothing: float = Field(
+        0.3, gt=0, le=1, description="Weight of a lower reported ratio (a higher one is taken)."
+    )
+
     io_threads: int = Field(16, ge=2, description="Threads for blocking file I/O.")
 
     job_lease_s: float = Field(

@@ -20,6 +20,7 @@ from app.context.store import ContextStore
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
 from app.db.models import Job, Task
+from app.formats import native_format
 from app.jobs.queue import JobQueue
 from app.jobs.runner import JobRunner
 from app.journals.service import JournalService
@@ -30,8 +31,7 @@ from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks
 from app.storage.reconcile import reconcile
 from app.tasks.service import TaskService
-from app.tokens.accounting import PER_PAYLOAD
-from app.tokens.counters import HeuristicCounter
+from app.tokens.counting import TokenCounting
 
 log = logging.getLogger(__name__)
 
@@ -55,15 +55,16 @@ class Services:
 def build_services(
     settings: Settings, db: Database, layout: Layout, http: httpx.AsyncClient
 ) -> Services:
-    counter = HeuristicCounter()
+    counting = TokenCounting(settings.token_counter)
     store = ContextStore(
-        db=db, layout=layout, locks=TaskLocks(layout), counter=counter, settings=settings
+        db=db, layout=layout, locks=TaskLocks(layout), counting=counting, settings=settings
     )
     backends = build_backends(settings, http)
     tasks = TaskService(store, settings, frozenset(backends))
     summarizer = Summarizer(
         backends=backends,
-        counter=counter,
+        # The summariser's window is the LLM's; what it costs is counted like a default task.
+        counter=counting.counter(counting.counter_name(settings.llm_model)),
         prompt=settings.condense_prompt,
         backend_name=settings.condense_backend,
         max_tokens=settings.summary_max_tokens,
@@ -78,7 +79,8 @@ def build_services(
     async def schedule_condense(task: Task, before: HeadState, after: HeadState) -> bool:
         """Condense in the background when an append crosses the threshold (SPEC §6)."""
         budget = tasks.budget(task)
-        old, new = (h.context_tokens + task.tools_tokens + PER_PAYLOAD for h in (before, after))
+        fmt = native_format(task.llm_provider)
+        old, new = (tasks.payload_tokens(task, h, fmt) for h in (before, after))
         if old < budget.threshold <= new or new > budget.allowed:
             await jobs.enqueue_once(task.uuid, "condense")
             return True
@@ -141,6 +143,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
     db = open_database(settings.effective_database_url)
     try:
         await prepare_storage(settings, db, layout)
+        # Loading a BPE encoding takes about a second: once per process, off the event loop.
+        await asyncio.to_thread(TokenCounting(settings.token_counter).counter_name, "")
         async with httpx.AsyncClient() as http:  # shared by the LLM backends
             services = build_services(settings, db, layout, http)
             await services.runner.start()

@@ -47,14 +47,15 @@ def _short(text: str) -> str:
     return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + f"... ({len(text)} chars)"
 
 
-def schema_errors(payload: Any) -> list[str]:
-    """Every JSON Schema error of the payload, as 'path: message' lines.
+def schema_errors(payload: Any, validator: Draft202012Validator | None = None) -> list[str]:
+    """Every JSON Schema error of the payload (OpenAI's schema by default), as 'path: message'.
 
     For an ``anyOf`` miss (a message matching none of the roles' schemas) the deepest inner
     error is added, so the line says what is wrong, not only that something is.
     """
     lines = []
-    for error in sorted(openai_schema_validator().iter_errors(payload), key=lambda e: list(e.path)):
+    validator = validator or openai_schema_validator()
+    for error in sorted(validator.iter_errors(payload), key=lambda e: list(e.path)):
         line = f"{error.json_path}: {_short(error.message)}"
         if error.context:
             cause = _deepest(error.context)
@@ -104,10 +105,10 @@ def _sdk_lines(exc: pydantic.ValidationError, path: str) -> list[str]:
     return lines
 
 
-def sdk_errors(payload: Any) -> list[str]:
-    """Every error the openai SDK's TypedDict finds, with lazy lists forced."""
+def sdk_errors(payload: Any, adapter: pydantic.TypeAdapter[Any] | None = None) -> list[str]:
+    """Every error an SDK's TypedDict (the openai one by default) finds, lazy lists forced."""
     try:
-        validated = openai_sdk_adapter().validate_python(payload)
+        validated = (adapter or openai_sdk_adapter()).validate_python(payload)
     except pydantic.ValidationError as exc:
         return _sdk_lines(exc, "")
     errors: list[str] = []
@@ -117,11 +118,16 @@ def sdk_errors(payload: Any) -> list[str]:
 
 def validate_openai_request(payload: Any) -> None:
     """Fail (AssertionError) unless the payload passes both the JSON Schema and the SDK check."""
+    raise_problems(
+        "OpenAI chat completion request",
+        [("JSON Schema", schema_errors(payload)), ("openai SDK", sdk_errors(payload))],
+    )
+
+
+def raise_problems(what: str, checks: list[tuple[str, list[str]]]) -> None:
+    """Fail (AssertionError) listing the errors of every (source, errors) check that has some."""
     problems: list[str] = []
-    for source, errors in (
-        ("JSON Schema", schema_errors(payload)),
-        ("openai SDK", sdk_errors(payload)),
-    ):
+    for source, errors in checks:
         if errors:
             shown = "\n  ".join(errors[:_MAX_SHOWN])
             more = (
@@ -129,7 +135,7 @@ def validate_openai_request(payload: Any) -> None:
             )
             problems.append(f"{source}: {len(errors)} error(s)\n  {shown}{more}")
     if problems:
-        raise AssertionError("invalid OpenAI chat completion request:\n" + "\n".join(problems))
+        raise AssertionError(f"invalid {what}:\n" + "\n".join(problems))
 
 
 def assert_tool_pairing(messages: list[dict[str, Any]]) -> None:

@@ -646,12 +646,11 @@ async def test_idempotency_key_reused_with_another_body(
 async def test_request_over_budget_is_an_error_not_a_truncated_payload(
     client: Client, context_dir: Path
 ) -> None:
-    """A context that compaction cannot bring under its budget (here a system prompt larger
-    than the budget: the system prompt is never cut) makes GET /request 413
-    context_over_budget, every time, and changes nothing."""
-    created = await create(
-        client, context_length=2048, max_output_tokens=512, system_prompt="s" * 8000
-    )
+    """A context that compaction cannot bring under its budget (here tool definitions larger
+    than the budget: they go with every payload) makes GET /request 413 context_over_budget,
+    every time, and changes nothing."""
+    tool = {"type": "function", "function": {"name": "big", "description": "word " * 4000}}
+    created = await create(client, context_length=2048, max_output_tokens=512, tools=[tool])
     uuid = created["uuid"]
     budget = int(2048 * 0.9) - 512
     response = await client.post(f"/tasks/{uuid}/messages", json=user("go on"))

@@ -26,7 +26,7 @@ BUDGET = int(WINDOW * 0.9) - MAX_OUTPUT  # CONTEXT_BUFFER 0.1
 BATCH = 50
 PAGE = 250
 # Fields the service adds to a messages.jsonl record around the message as posted.
-ENVELOPE = {"seq", "timestamp", "tokens", "batch_size"}
+ENVELOPE = {"seq", "timestamp", "tokens", "format_tokens", "batch_size"}
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.context.effective import position
+from app.context.records import record_tokens
 
 
 @dataclass(frozen=True)
@@ -23,12 +24,13 @@ class Entry:
     last: int | None = None  # a compaction marker: the last position it stands for (hides[1])
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> "Entry":
+    def of(cls, record: dict[str, Any], fmt: str = "openai") -> "Entry":
+        """The entry of a visible record, its tokens as ``fmt`` renders it."""
         return cls(
             position=position(record),
             seq=record["seq"],
             role=record["role"],
-            tokens=record["tokens"],
+            tokens=record_tokens(record, fmt),
             marker=record.get("marker"),
             last=record["hides"][1] if "hides" in record else None,
         )
@@ -104,8 +106,11 @@ def _with_results(entries: list[Entry], start: int, end: int) -> Span:
     return Span(start, end) if end < len(entries) else Span(start, start)
 
 
-def by_size(entries: list[Entry], *, minimum: int = 0) -> list[int]:
-    """Indexes of the entries over ``minimum`` tokens that are not system messages, largest
-    first (the candidates for an elision)."""
-    candidates = [i for i, e in enumerate(entries) if e.role != "system" and e.tokens > minimum]
+def by_size(entries: list[Entry], *, minimum: int = 0, excess: int = 0) -> list[int]:
+    """Indexes of the entries over ``minimum`` tokens, largest first: the candidates for an
+    elision. System messages only when no other message could lose ``excess`` tokens alone:
+    a system prompt larger than the whole budget is cut rather than the task refused."""
+    candidates = [i for i, e in enumerate(entries) if e.tokens > minimum]
+    if any(entries[i].role != "system" and entries[i].tokens > excess for i in candidates):
+        candidates = [i for i in candidates if entries[i].role != "system"]
     return sorted(candidates, key=lambda i: -entries[i].tokens)

@@ -15,10 +15,13 @@ INHERIT = -1
 
 @dataclass(frozen=True)
 class Budget:
+    """Limits in counted tokens: the real limits divided by the task's calibration factor."""
+
     window: int
     reserved_output: int
-    allowed: int  # the most tokens a served payload may have
+    allowed: int  # the most counted tokens a served payload may have
     threshold: int  # at or above this, compaction is due
+    calibration: float = 1.0
 
     def next_action(self, tokens: int) -> str:
         if tokens > self.allowed:
@@ -55,14 +58,21 @@ def budget_for(
     buffer: float,
     condense_threshold: float,
     token_threshold: int | None = None,
+    calibration: float = 1.0,
 ) -> Budget:
-    """The budget; ``token_threshold`` (seed 000's absolute form) replaces the share."""
+    """The budget; ``token_threshold`` (seed 000's absolute form) replaces the share.
+
+    ``calibration`` is how many real tokens one counted token turned out to be (SPEC §7): the
+    limits, real, are divided by it to compare with counts.
+    """
     threshold = math.floor(window * condense_threshold)
     if token_threshold is not None:
         threshold = token_threshold
+    allowed = math.floor(window * (1 - buffer)) - reserved_output
     return Budget(
         window=window,
         reserved_output=reserved_output,
-        allowed=math.floor(window * (1 - buffer)) - reserved_output,
-        threshold=threshold,
+        allowed=math.floor(allowed / calibration),
+        threshold=math.floor(threshold / calibration),
+        calibration=calibration,
     )

@@ -28,11 +28,15 @@ from app.context.files import (
 )
 from app.context.records import HeadState, openai_message
 from app.context.store import ContextStore, LockedTask, utc_timestamp
+from app.db.models import Task
 from app.errors import AppError, Conflict, InvalidInput, TooLarge
+from app.formats import native_format
 from app.llm.errors import LLMError
 from app.storage.layout import METADATA
 from app.tasks.service import TaskService
-from app.tokens.accounting import PER_PAYLOAD, content_tokens, message_tokens
+from app.tokens.accounting import content_tokens
+from app.tokens.costs import FormatTokens, in_format
+from app.tokens.counters import TextCounter
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +98,16 @@ class CompactionService:
 
     # -- what the context looks like ------------------------------------------------------
 
-    async def _index(self, locked: LockedTask) -> tuple[HeadState, list[Entry], ContextFiles]:
+    async def _index(
+        self, locked: LockedTask, fmt: str
+    ) -> tuple[HeadState, list[Entry], ContextFiles]:
         head = await self.store.recovered_head(locked)
         files = ContextFiles(self.store.task_dir(locked.task))
-        entries = await asyncio.to_thread(_entries, files, head.messages_bytes)
+        entries = await asyncio.to_thread(_entries, files, head.messages_bytes, fmt)
         return head, entries, files
 
-    def payload_tokens(self, locked: LockedTask, head: HeadState) -> int:
-        return head.context_tokens + locked.task.tools_tokens + PER_PAYLOAD
+    def _cost(self, task: Task, marker: dict[str, Any]) -> tuple[int, FormatTokens]:
+        return self.store.counting.costs(task.token_counter).message(openai_message(marker))
 
     # -- the operations -------------------------------------------------------------------
 
@@ -113,12 +119,17 @@ class CompactionService:
             return await self.truncate(task_uuid)
         return await self.condense(task_uuid, backend)
 
-    async def condense(self, task_uuid: str, backend: str | None = None) -> Outcome:
+    async def condense(
+        self, task_uuid: str, backend: str | None = None, fmt: str | None = None
+    ) -> Outcome:
+        """Summarise the middle of the context; tokens are weighed as ``fmt`` renders them
+        (default: the task's own provider format)."""
         async with self._one_at_a_time(task_uuid):
             async with self.store.locked(task_uuid) as locked:
                 self._require_running(locked)
-                head, entries, files = await self._index(locked)
-                before = self.payload_tokens(locked, head)
+                fmt = fmt or native_format(locked.task.llm_provider)
+                head, entries, files = await self._index(locked, fmt)
+                before = self.tasks.payload_tokens(locked.task, head, fmt)
                 plan = plans.plan_condense(
                     entries,
                     keep_recent=self.settings.keep_recent,
@@ -140,92 +151,96 @@ class CompactionService:
             if not summary.strip():
                 raise CompactionFailed("the summariser returned an empty summary", code="empty")
             return await self._commit_condense(
-                task_uuid, span, summary, self.summarizer.describe(backend)
+                task_uuid, fmt, span, summary, self.summarizer.describe(backend)
             )
 
     async def _commit_condense(
-        self, task_uuid: str, span: list[int], summary: str, summarizer: str
+        self, task_uuid: str, fmt: str, span: list[int], summary: str, summarizer: str
     ) -> Outcome:
         async with self.store.locked(task_uuid) as locked:
-            head, entries, files = await self._index(locked)
-            before = self.payload_tokens(locked, head)
+            head, entries, files = await self._index(locked, fmt)
+            before = self.tasks.payload_tokens(locked.task, head, fmt)
             found = [i for i, e in enumerate(entries) if span[0] <= e.position <= span[-1]]
             if [entries[i].position for i in found] != span:
                 return Outcome("skipped", before, before, reason="context_changed")
             hidden = Span(found[0], found[-1] + 1)
             content = SUMMARY_HEADER.format(count=len(span)) + summary.strip()
-            tokens = message_tokens(self.store.counter, {"role": "user", "content": content})
-            original = hidden.tokens(entries)
-            if tokens >= original:  # e.g. a digest of a few short messages: no progress
-                return Outcome("skipped", before, before, reason="context_grew")
             marker = {"role": "user", "content": content, "marker": "condense"}
-            record = self._summary_record("condense", entries, hidden, content, tokens)
+            cost = self._cost(locked.task, marker)
+            if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
+                return Outcome("skipped", before, before, reason="context_grew")  # short ones
+            record = self._summary_record("condense", entries, hidden, content, fmt, cost)
             record["summarizer"] = summarizer
-            return await self._commit(locked, head, files, marker, record, hidden, entries)
+            return await self._commit(locked, head, files, marker, record, hidden, entries, cost)
 
-    async def truncate(self, task_uuid: str) -> Outcome:
+    async def truncate(self, task_uuid: str, fmt: str | None = None) -> Outcome:
         async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
             self._require_running(locked)
-            head, entries, files = await self._index(locked)
-            before = self.payload_tokens(locked, head)
+            fmt = fmt or native_format(locked.task.llm_provider)
+            head, entries, files = await self._index(locked, fmt)
+            before = self.tasks.payload_tokens(locked.task, head, fmt)
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
             content = TRUNCATION_TEXT.format(count=plan.end - plan.start)
-            tokens = message_tokens(self.store.counter, {"role": "user", "content": content})
-            if tokens >= plan.tokens(entries):  # e.g. only an older marker: no progress
-                return Outcome("skipped", before, before, reason="context_grew")
             marker = {"role": "user", "content": content, "marker": "truncation"}
-            record = self._summary_record("truncation", entries, plan, content, tokens)
-            return await self._commit(locked, head, files, marker, record, plan, entries)
+            cost = self._cost(locked.task, marker)
+            if in_format(*cost, fmt) >= plan.tokens(entries):  # e.g. only an older marker
+                return Outcome("skipped", before, before, reason="context_grew")
+            record = self._summary_record("truncation", entries, plan, content, fmt, cost)
+            return await self._commit(locked, head, files, marker, record, plan, entries, cost)
 
-    async def elide(self, task_uuid: str, excess: int) -> Outcome:
+    async def elide(self, task_uuid: str, excess: int, fmt: str | None = None) -> Outcome:
         """Cut the middle out of the largest message, to lose ``excess`` tokens (a last resort).
 
         The largest message whose content can shrink: one whose size is in its tool calls'
         arguments (or that was elided already) gives way to the next largest.
         """
         async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
-            head, entries, files = await self._index(locked)
-            before = self.payload_tokens(locked, head)
-            for index in plans.by_size(entries, minimum=64):
+            fmt = fmt or native_format(locked.task.llm_provider)
+            head, entries, files = await self._index(locked, fmt)
+            before = self.tasks.payload_tokens(locked.task, head, fmt)
+            counter = self.store.counting.counter(locked.task.token_counter)
+            for index in plans.by_size(entries, minimum=64, excess=excess):
                 entry = entries[index]
                 original = await asyncio.to_thread(_read_entry, files, entry, head.messages_bytes)
                 message = openai_message(original)
-                message["content"] = _elided(self.store, message.get("content"), excess)
-                tokens = message_tokens(self.store.counter, message)
-                if entry.tokens - tokens >= MIN_ELISION_GAIN:
+                message["content"] = _elided(counter, message.get("content"), excess)
+                marker = {**message, "marker": "elision"}
+                cost = self._cost(locked.task, marker)
+                if entry.tokens - in_format(*cost, fmt) >= MIN_ELISION_GAIN:
                     break
             else:
                 return Outcome("skipped", before, before, reason="nothing_to_elide")
-            marker = {**message, "marker": "elision"}
             if original.get("tool_name"):
                 marker["tool_name"] = original["tool_name"]
             span = Span(index, index + 1)
-            record = self._summary_record("elision", entries, span, "", tokens)
-            return await self._commit(locked, head, files, marker, record, span, entries)
+            record = self._summary_record("elision", entries, span, "", fmt, cost)
+            return await self._commit(locked, head, files, marker, record, span, entries, cost)
 
-    async def fit(self, task_uuid: str) -> Outcome | None:
-        """Compact until the payload is within the budget (SPEC §3.3), or raise TooLarge."""
+    async def fit(self, task_uuid: str, fmt: str | None = None) -> Outcome | None:
+        """Compact until the payload in ``fmt`` is within the budget (SPEC §3.3), or raise
+        TooLarge."""
         last: Outcome | None = None
         for round_number in range(MAX_FIT_ROUNDS):
             task, head = await self.store.head(task_uuid)
-            tokens = head.context_tokens + task.tools_tokens + PER_PAYLOAD
+            fmt = fmt or native_format(task.llm_provider)
+            tokens = self.tasks.payload_tokens(task, head, fmt)
             allowed = self.tasks.budget(task).allowed
             if tokens <= allowed:
                 return last
             if round_number == 0:
-                last = await self._condense_in_time(task_uuid)
+                last = await self._condense_in_time(task_uuid, fmt)
                 if last is not None and last.kind != "skipped":
                     continue
-            step = await self.truncate(task_uuid)
+            step = await self.truncate(task_uuid, fmt)
             if step.kind == "skipped":
-                step = await self.elide(task_uuid, tokens - allowed)
+                step = await self.elide(task_uuid, tokens - allowed, fmt)
             if step.kind == "skipped":
                 break
             last = step
         task, head = await self.store.head(task_uuid)
-        tokens = head.context_tokens + task.tools_tokens + PER_PAYLOAD
+        tokens = self.tasks.payload_tokens(task, head, fmt or native_format(task.llm_provider))
         allowed = self.tasks.budget(task).allowed
         if tokens > allowed:
             raise TooLarge(
@@ -235,10 +250,10 @@ class CompactionService:
             )
         return last
 
-    async def _condense_in_time(self, task_uuid: str) -> Outcome | None:
+    async def _condense_in_time(self, task_uuid: str, fmt: str) -> Outcome | None:
         try:
             return await asyncio.wait_for(
-                self.condense(task_uuid), self.settings.request_condense_timeout_s
+                self.condense(task_uuid, fmt=fmt), self.settings.request_condense_timeout_s
             )
         except (TimeoutError, CompactionFailed) as exc:
             log.warning(
@@ -250,11 +265,12 @@ class CompactionService:
         """What compaction would do next, without doing it (for GET /context)."""
         async with self.store.locked(task_uuid) as locked:
             head = await self.store.recovered_head(locked)
-            tokens = self.payload_tokens(locked, head)
+            fmt = native_format(locked.task.llm_provider)
+            tokens = self.tasks.payload_tokens(locked.task, head, fmt)
             budget = self.tasks.budget(locked.task)
             if tokens < budget.threshold:  # the usual case: no need to index the context
                 return {"action": "none"}
-            _, entries, _ = await self._index(locked)
+            _, entries, _ = await self._index(locked, fmt)
         condense = plans.plan_condense(
             entries,
             keep_recent=self.settings.keep_recent,
@@ -311,11 +327,19 @@ class CompactionService:
             )
 
     def _summary_record(
-        self, kind: str, entries: list[Entry], span: Span, summary: str, tokens: int
+        self,
+        kind: str,
+        entries: list[Entry],
+        span: Span,
+        summary: str,
+        fmt: str,
+        cost: tuple[int, FormatTokens],
     ) -> dict[str, Any]:
-        """A summaries.jsonl record: seed 000 §11.3 and seed 001 §3.5 fields, plus kind."""
+        """A summaries.jsonl record: seed 000 §11.3 and seed 001 §3.5 fields, plus kind.
+        Token figures are as ``fmt`` renders the context (``counted_as``)."""
         start, end = span.hides(entries)
         original = span.tokens(entries)
+        tokens = in_format(*cost, fmt)
         now = utc_timestamp()
         return {
             "kind": kind,
@@ -328,6 +352,7 @@ class CompactionService:
             "compressed_message_count": span.end - span.start,
             "tokens_saved": original - tokens,
             "summarizer": None,
+            "counted_as": fmt,
             "created_at": now,
             "timestamp": now,
         }
@@ -341,19 +366,22 @@ class CompactionService:
         summary: dict[str, Any],
         span: Span,
         entries: list[Entry],
+        cost: tuple[int, FormatTokens],
     ) -> Outcome:
-        before = self.payload_tokens(locked, head)
+        fmt = summary["counted_as"]
+        before = self.tasks.payload_tokens(locked.task, head, fmt)
         marker = {
             **marker,
             "hides": list(span.hides(entries)),
             "timestamp": summary["timestamp"],
-            "tokens": summary["summary_tokens"],
+            "tokens": cost[0],
+            "format_tokens": cost[1],
         }
         new_head, record = await asyncio.to_thread(
             commit_marker, files, head, marker, summary, fsync=self.store.fsync
         )
         await self.store.save_head(locked.task.uuid, new_head, compactions=1)
-        after = self.payload_tokens(locked, new_head)
+        after = self.tasks.payload_tokens(locked.task, new_head, fmt)
         log.info(
             "task %s: %s of %d messages, %d -> %d tokens",
             locked.task.uuid,
@@ -386,9 +414,9 @@ def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:
     }
 
 
-def _entries(files: ContextFiles, end: int) -> list[Entry]:
+def _entries(files: ContextFiles, end: int, fmt: str) -> list[Entry]:
     with open(files.messages, "rb") as f:
-        return [Entry.of(record) for record in visible_records(f, end)]
+        return [Entry.of(record, fmt) for record in visible_records(f, end)]
 
 
 def _span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
@@ -408,12 +436,12 @@ def _read_entry(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
     return record
 
 
-def _elided(store: ContextStore, content: Any, excess: int) -> str:
+def _elided(counter: TextCounter, content: Any, excess: int) -> str:
     """The content with its middle cut so that about ``excess`` (+10%) tokens go."""
     if isinstance(content, list):
         content = "\n".join(p.get("text", f"[{p.get('type')}]") for p in content)
     text = content or ""
-    tokens = max(1, content_tokens(store.counter, text))
+    tokens = max(1, content_tokens(counter, text))
     chars_per_token = len(text) / tokens
     cut = min(len(text) - 200, int((excess * 1.1 + 64) * chars_per_token))
     if cut <= 0:

@@ -143,7 +143,7 @@ class CurrentRender:
             line = current_line(record)
             head.current_bytes += len(line)
             head.current_messages += 1
-            head.context_tokens += record["tokens"]
+            head.add_tokens(record)
             advance_tool_calls(head.open_tool_calls, record)
             buffer.append(line)
             if len(buffer) >= 256:

@@ -18,12 +18,12 @@ import orjson
 
 from app.errors import Conflict, InvalidInput, TooLarge
 from app.storage.jsonl import dumps_line
-from app.tokens.accounting import message_tokens
-from app.tokens.counters import TextCounter
+from app.tokens.calibration import reported_output_tokens, reported_prompt_tokens
+from app.tokens.costs import OTHER_FORMATS, TokenCosts, in_format
 
 # Fields the service adds to every stored record; a posted message may not carry them.
 ENVELOPE_FIELDS = frozenset(
-    {"seq", "timestamp", "tokens", "batch_size", "idempotency_key", "request_hash"}
+    {"seq", "timestamp", "tokens", "format_tokens", "batch_size", "idempotency_key", "request_hash"}
 )
 
 
@@ -35,8 +35,24 @@ class HeadState:
     messages_bytes: int = 0
     current_bytes: int = 0
     current_messages: int = 0
-    context_tokens: int = 0
+    context_tokens: int = 0  # as OpenAI renders the context
     open_tool_calls: list[list[str]] = field(default_factory=list)
+    format_tokens: dict[str, int] = field(default_factory=dict)  # as the other formats do
+
+    def tokens(self, fmt: str) -> int:
+        """The context's tokens as ``fmt`` ("openai", "anthropic", "ollama") renders it."""
+        return in_format(self.context_tokens, self.format_tokens, fmt)
+
+    def add_tokens(self, record: dict[str, Any]) -> None:
+        self.format_tokens = {
+            fmt: self.tokens(fmt) + record_tokens(record, fmt) for fmt in OTHER_FORMATS
+        }
+        self.context_tokens += record["tokens"]
+
+
+def record_tokens(record: dict[str, Any], fmt: str) -> int:
+    """A record's cost as ``fmt`` renders it (records older than per-format counts: OpenAI's)."""
+    return in_format(record["tokens"], record.get("format_tokens") or {}, fmt)
 
 
 @dataclass
@@ -45,6 +61,8 @@ class StatsDelta:
     llm_calls: int = 0
     tool_calls: int = 0
     usage_tokens: int = 0
+    # The prompt tokens the newest assistant message reported (for calibration).
+    reported_prompt_tokens: int | None = None
 
     def add(self, other: "StatsDelta") -> "StatsDelta":
         return StatsDelta(
@@ -52,6 +70,7 @@ class StatsDelta:
             self.llm_calls + other.llm_calls,
             self.tool_calls + other.tool_calls,
             self.usage_tokens + other.usage_tokens,
+            other.reported_prompt_tokens or self.reported_prompt_tokens,
         )
 
 
@@ -98,7 +117,7 @@ class ContextAccumulator:
         head.messages_bytes += len(record_line)
         head.current_bytes += len(line)
         head.current_messages += 1
-        head.context_tokens += record["tokens"]
+        head.add_tokens(record)
         advance_tool_calls(head.open_tool_calls, record)
         count_record(self.stats, record)
         return line
@@ -107,7 +126,7 @@ class ContextAccumulator:
         self,
         messages: list[dict[str, Any]],
         *,
-        counter: TextCounter,
+        costs: TokenCosts,
         timestamp: str,
         max_message_bytes: int,
         idempotency_key: str | None = None,
@@ -119,7 +138,7 @@ class ContextAccumulator:
             record = {"seq": self.head.last_seq + index + 1, **fields}
             _check_pairing(open_calls, record, index)
             record["timestamp"] = timestamp
-            record["tokens"] = message_tokens(counter, openai_message(record))
+            record["tokens"], record["format_tokens"] = costs.message(openai_message(record))
             if index == 0 and len(messages) > 1:
                 record["batch_size"] = len(messages)
             if index == 0 and idempotency_key is not None:
@@ -146,9 +165,11 @@ def count_record(stats: StatsDelta, record: dict[str, Any]) -> None:
         stats.tool_calls += len(record.get("tool_calls") or ())
         usage = record.get("usage")
         if isinstance(usage, dict):
+            prompt = reported_prompt_tokens(usage)
             stats.llm_calls += 1
-            stats.usage_tokens += int(usage.get("prompt_tokens") or 0)
-            stats.usage_tokens += int(usage.get("completion_tokens") or 0)
+            stats.usage_tokens += (prompt or 0) + reported_output_tokens(usage)
+            if prompt:
+                stats.reported_prompt_tokens = prompt
 
 
 def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: int) -> None:

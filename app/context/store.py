@@ -36,7 +36,8 @@ from app.db.models import ContextHead, IdempotencyKey, Task
 from app.errors import AppError, Conflict, InvalidInput, StorageError, TaskNotFound
 from app.storage.layout import METADATA, STATUS_DIRS, Layout
 from app.storage.locks import TaskLocks
-from app.tokens.counters import TextCounter
+from app.tokens.calibration import CalibrationPolicy
+from app.tokens.counting import TokenCounting
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +93,18 @@ class ContextStore:
         db: Database,
         layout: Layout,
         locks: TaskLocks,
-        counter: TextCounter,
+        counting: TokenCounting,
         settings: Settings,
     ) -> None:
         self.db = db
         self.layout = layout
         self.locks = locks
-        self.counter = counter
+        self.counting = counting
+        self.calibration = CalibrationPolicy(
+            low=settings.calibration_min,
+            high=settings.calibration_max,
+            smoothing=settings.calibration_smoothing,
+        )
         self.fsync = settings.fsync == "always"
         self._max_message_bytes = settings.max_message_bytes
         self._pending: dict[str, list[_PendingAppend]] = {}
@@ -179,7 +185,7 @@ class ContextStore:
             recover, files, locked.head, fsync=self.fsync, context=f"task {task.uuid}"
         )
         if recovery.changed:
-            await self._save(task.uuid, recovery, recovery.head, StatsDelta(), [])
+            await self._save(task, recovery, recovery.head, StatsDelta(), [])
         return recovery
 
     # -- appends --------------------------------------------------------------------------
@@ -228,10 +234,16 @@ class ContextStore:
                 async with self.db.reader() as session:
                     known = await load_idempotency_keys(session, task_uuid, keys)
             files = ContextFiles(self.task_dir(task))
-            outcome = await asyncio.to_thread(self._write_group, files, head, group, known)
+            outcome = await asyncio.to_thread(
+                self._write_group, files, task.token_counter, head, group, known
+            )
             if outcome.recovery.changed or outcome.head != head:  # refusals change nothing
                 await self._save(
-                    task_uuid, outcome.recovery, outcome.head, outcome.stats, outcome.new_keys
+                    task,
+                    outcome.recovery,
+                    outcome.head,
+                    outcome.stats,
+                    outcome.new_keys,
                 )
         scheduled = False
         if self.after_commit is not None and outcome.head != head:
@@ -248,6 +260,7 @@ class ContextStore:
     def _write_group(
         self,
         files: ContextFiles,
+        counter_name: str,
         head: HeadState,
         group: list[_PendingAppend],
         known: dict[str, IdempotentResult],
@@ -255,6 +268,7 @@ class ContextStore:
         recovery = recover(files, head, fsync=self.fsync, context=f"dir {files.directory}")
         known = known | {r.key: r for r in recovery.idempotent_results}
         accumulator = ContextAccumulator(recovery.head)
+        costs = self.counting.costs(counter_name)  # here: loading an encoding blocks
         outcome = _GroupOutcome(recovery=recovery, head=recovery.head, stats=StatsDelta())
         record_lines: list[bytes] = []
         current_lines: list[bytes] = []
@@ -267,7 +281,7 @@ class ContextStore:
             try:
                 prepared = accumulator.prepare(
                     pending.messages,
-                    counter=self.counter,
+                    costs=costs,
                     timestamp=timestamp,
                     max_message_bytes=self._max_message_bytes,
                     idempotency_key=key,
@@ -299,14 +313,55 @@ class ContextStore:
 
     async def _save(
         self,
-        task_uuid: str,
+        task: Task,
         recovery: Recovery,
         head: HeadState,
         stats: StatsDelta,
         new_keys: list[IdempotentResult],
     ) -> None:
         keys = [*recovery.idempotent_results, *new_keys]
-        await self._commit_head(task_uuid, head, _stats_values(recovery, stats), keys)
+        values = _stats_values(recovery, stats)
+        reported = recovery.stats.add(stats).reported_prompt_tokens
+        if reported is not None and task.served_tokens is not None:
+            values |= self._calibrated(task, task.served_tokens, reported)
+        await self._commit_head(task.uuid, head, values, keys)
+
+    def _calibrated(self, task: Task, served: int, reported: int) -> dict[str, Any]:
+        """Task values after an LLM reported ``reported`` prompt tokens for our ``served``."""
+        factor = self.calibration.update(
+            task.token_calibration, task.calibration_samples, served, reported
+        )
+        values: dict[str, Any] = {"served_tokens": None}  # one report per served payload
+        if factor is None:
+            log.info(
+                "task %s: reported %d prompt tokens for %d counted: not calibrating on that",
+                task.uuid,
+                reported,
+                served,
+            )
+            return values
+        if factor != task.token_calibration:
+            log.info(
+                "task %s: token calibration %.4f -> %.4f (%d counted, %d reported)",
+                task.uuid,
+                task.token_calibration,
+                factor,
+                served,
+                reported,
+            )
+        return values | {
+            "token_calibration": factor,
+            "calibration_samples": Task.calibration_samples + 1,
+        }
+
+    async def record_served(self, task_uuid: str, fmt: str, tokens: int) -> None:
+        """Remember the counted tokens of a payload served, for the next reported usage."""
+        async with self.db.transaction() as session:
+            await session.execute(
+                update(Task)
+                .where(Task.uuid == task_uuid)
+                .values(served_tokens=tokens, served_format=fmt)
+            )
 
     async def _commit_head(
         self,
@@ -388,6 +443,7 @@ def _head_state(row: ContextHead) -> HeadState:
         current_messages=row.current_messages,
         context_tokens=row.context_tokens,
         open_tool_calls=list(row.open_tool_calls),
+        format_tokens=dict(row.format_tokens or {}),
     )
 
 

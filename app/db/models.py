@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, PortableJSON, UTCDateTime
@@ -43,8 +43,18 @@ class Task(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", PortableJSON, default=dict)
     inherited_from: Mapped[str | None] = mapped_column(String(36))
 
-    # Tokens of the tool definitions sent with every payload, counted once at creation.
+    # Which counter counts this task's tokens (chosen once at creation: stored counts must agree).
+    token_counter: Mapped[str] = mapped_column(String(32), default="heuristic")
+    # Tokens of the tool definitions sent with every payload, counted once at creation: OpenAI's
+    # rendering in tools_tokens, the other counted formats in format_tools_tokens.
     tools_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    format_tools_tokens: Mapped[dict[str, int]] = mapped_column(PortableJSON, default=dict)
+    # Calibration (SPEC §7): what the LLM reported over what we counted, smoothed and bounded.
+    token_calibration: Mapped[float] = mapped_column(Float, default=1.0)
+    calibration_samples: Mapped[int] = mapped_column(Integer, default=0)
+    # The counted tokens of the last payload served, waiting for a reported usage to compare.
+    served_tokens: Mapped[int | None] = mapped_column(Integer)
+    served_format: Mapped[str | None] = mapped_column(String(16))
     # Hash of the creation body: a re-POST with the same uuid is idempotent only if it matches.
     create_fingerprint: Mapped[str] = mapped_column(String(64))
 
@@ -76,7 +86,9 @@ class ContextHead(Base):
     messages_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     current_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     current_messages: Mapped[int] = mapped_column(Integer, default=0)
-    context_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    context_tokens: Mapped[int] = mapped_column(BigInteger, default=0)  # as OpenAI renders it
+    # The same total as the other counted formats render it: {"anthropic": n, "ollama": m}.
+    format_tokens: Mapped[dict[str, int]] = mapped_column(PortableJSON, default=dict)
     # Assistant tool calls still waiting for their results: [[id, name], ...].
     open_tool_calls: Mapped[list[list[str]]] = mapped_column(PortableJSON, default=list)
 

@@ -1,13 +1,18 @@
 """/tasks/{uuid}/request and /tasks/{uuid}/context: streamed from the files."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
-from app.payloads.schemas import ContextView, PayloadFormat
+from app.payloads.schemas import ContextView, FormatName
+
+FormatQuery = Annotated[
+    FormatName | None,
+    Query(description="The provider's request format; default: the task's llm_provider's."),
+]
 
 router = APIRouter(prefix="/tasks/{uuid}", tags=["context"], responses=ERROR_RESPONSES)
 
@@ -32,7 +37,7 @@ _REQUEST_EXAMPLE: dict[str, Any] = {
             "content": {"application/json": {"example": _REQUEST_EXAMPLE}},
             "headers": {
                 "X-Context-Tokens": {
-                    "description": "Tokens of this payload",
+                    "description": "Counted tokens of this payload, in its format's terms",
                     "schema": {"type": "integer"},
                 },
                 "X-Context-Budget": {
@@ -40,17 +45,22 @@ _REQUEST_EXAMPLE: dict[str, Any] = {
                     "schema": {"type": "integer"},
                 },
                 "X-Token-Counter": {
-                    "description": "Which counter counted",
+                    "description": "Which counter counted: o200k_base, cl100k_base, heuristic",
                     "schema": {"type": "string"},
+                },
+                "X-Token-Calibration": {
+                    "description": "Real tokens per counted token (the budget is divided by it)",
+                    "schema": {"type": "number"},
                 },
             },
         }
     },
 )
 async def get_request(
-    uuid: TaskUUID, services: ServicesDep, format: PayloadFormat = "openai"
+    uuid: TaskUUID, services: ServicesDep, format: FormatQuery = None
 ) -> StreamingResponse:
-    """The assembled LLM request payload, streamed from current.jsonl."""
+    """The assembled LLM request payload, streamed from current.jsonl: OpenAI's chat
+    completions (also LM Studio's), Anthropic's messages or Ollama's chat request."""
     payload = await services.payloads.request(uuid, format)
     return StreamingResponse(payload.body, media_type="application/json", headers=payload.headers)
 
@@ -60,8 +70,10 @@ async def get_request(
     response_class=StreamingResponse,
     responses={200: {"model": ContextView, "description": "The effective context, annotated."}},
 )
-async def get_context(uuid: TaskUUID, services: ServicesDep) -> StreamingResponse:
+async def get_context(
+    uuid: TaskUUID, services: ServicesDep, format: FormatQuery = None
+) -> StreamingResponse:
     """The effective context with per-message tokens, budget, threshold and next action."""
     return StreamingResponse(
-        await services.payloads.context_view(uuid), media_type="application/json"
+        await services.payloads.context_view(uuid, format), media_type="application/json"
     )

@@ -4,7 +4,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-PayloadFormat = Literal["openai"]
+FormatName = Literal["openai", "lmstudio", "anthropic", "ollama"]
+
+
+class Calibration(BaseModel):
+    factor: float = Field(description="Real tokens per counted token, from reported usage.")
+    samples: int = Field(description="Reports that went into the factor.")
+    estimated_real_tokens: int = Field(description="tokens x factor")
 
 
 class ContextEntry(BaseModel):
@@ -15,13 +21,18 @@ class ContextEntry(BaseModel):
 
 class ContextView(BaseModel):
     uuid: str
-    tokens: int = Field(description="Tokens of the payload /request would serve now.")
-    budget: int = Field(description="allowed = window * (1 - buffer) - reserved output")
+    format: FormatName = Field(description="The payload format the tokens are counted in.")
+    tokens: int = Field(description="Counted tokens of the payload /request would serve now.")
+    budget: int = Field(
+        description="allowed = window * (1 - buffer) - reserved output, in counted tokens "
+        "(divided by the calibration factor)"
+    )
     threshold: int = Field(description="At or above this many tokens, compaction is due.")
     window: int
     reserved_output: int
     tools_tokens: int
-    token_counter: str
+    token_counter: str = Field(description="o200k_base, cl100k_base or heuristic")
+    calibration: Calibration
     next_action: Literal["none", "condense", "over_budget"]
     next_step: dict[str, Any] = Field(
         description="A dry run of the next compaction: action (none|condense|truncate|elide), "

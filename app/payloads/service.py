@@ -8,11 +8,11 @@ import orjson
 
 from app.compaction.service import CompactionService
 from app.context.store import ContextStore, Snapshot
+from app.db.models import Task
 from app.errors import Conflict, TooLarge
-from app.payloads import openai
+from app.formats import FORMATS, PayloadFormat, counting_format, provider_format
 from app.payloads.streaming import stream_lines
-from app.tasks.service import TaskService
-from app.tokens.accounting import PER_PAYLOAD, message_tokens
+from app.tasks.service import TaskService, tools_tokens
 from app.tokens.counters import TextCounter
 
 
@@ -30,36 +30,42 @@ class PayloadService:
         self.tasks = tasks
         self.compaction = compaction
 
-    async def request(self, task_uuid: str, fmt: str) -> PayloadStream:
-        """The request payload in ``fmt``; never over the task's budget (SPEC §3.3)."""
+    async def request(self, task_uuid: str, format_name: str | None) -> PayloadStream:
+        """The request payload in a provider's format (default: the task's provider's);
+        never over the task's budget as that format counts (SPEC §3.3)."""
         snapshot = await self.store.snapshot(task_uuid, "current")
+        name = format_name or provider_format(snapshot.task.llm_provider)
+        counted_as = counting_format(name)
         for _ in range(3):  # appends may race the compaction; each round re-checks
             task, head = snapshot.task, snapshot.head
-            tokens = head.context_tokens + task.tools_tokens + PER_PAYLOAD
+            tokens = self.tasks.payload_tokens(task, head, counted_as)
             if tokens <= self.tasks.budget(task).allowed or task.status != "running":
                 break
             snapshot.close()
-            await self.compaction.fit(task_uuid)
+            await self.compaction.fit(task_uuid, counted_as)
             snapshot = await self.store.snapshot(task_uuid, "current")
         try:
-            headers = self._check_servable(snapshot)
+            tokens, headers = self._check_servable(snapshot, counted_as)
+            if snapshot.task.status == "running":
+                await self.store.record_served(task_uuid, counted_as, tokens)
         except BaseException:
             snapshot.close()
             raise
-        prefix, suffix = openai.envelope(snapshot.metadata, snapshot.task.max_output_tokens)
+        payload_format = FORMATS[name]
+        prefix, suffix = payload_format.envelope(
+            snapshot.metadata,
+            max_output_tokens=snapshot.task.max_output_tokens,
+            context_length=snapshot.task.context_length,
+        )
         body = stream_lines(
-            snapshot,
-            snapshot.head.current_bytes,
-            prefix,
-            suffix,
-            lambda chunk, last: openai.join_lines(chunk, last=last),
+            snapshot, snapshot.head.current_bytes, prefix, suffix, payload_format.renderer()
         )
         return PayloadStream(body=body, headers=headers)
 
-    def _check_servable(self, snapshot: Snapshot) -> dict[str, str]:
+    def _check_servable(self, snapshot: Snapshot, counted_as: str) -> tuple[int, dict[str, str]]:
         task, head = snapshot.task, snapshot.head
         budget = self.tasks.budget(task)
-        tokens = head.context_tokens + task.tools_tokens + PER_PAYLOAD
+        tokens = self.tasks.payload_tokens(task, head, counted_as)
         if head.current_messages == 0:
             raise Conflict(
                 f"task {task.uuid} has no messages yet", code="context_empty", details={}
@@ -70,28 +76,40 @@ class PayloadService:
                 code="context_over_budget",
                 details={"tokens": tokens, "budget": budget.allowed, "window": budget.window},
             )
-        return {
+        return tokens, {
             "X-Context-Tokens": str(tokens),
             "X-Context-Budget": str(budget.allowed),
-            "X-Token-Counter": self.store.counter.name,
+            "X-Token-Counter": self._counter(task).name,
+            "X-Token-Calibration": str(task.token_calibration),
         }
 
-    async def context_view(self, task_uuid: str) -> AsyncIterator[bytes]:
+    def _counter(self, task: Task) -> TextCounter:
+        return self.store.counting.counter(task.token_counter)
+
+    async def context_view(self, task_uuid: str, format_name: str | None) -> AsyncIterator[bytes]:
         """The effective context with per-message tokens, budget and what would happen next."""
         next_step = await self.compaction.dry_run(task_uuid)
         snapshot = await self.store.snapshot(task_uuid, "current")
         task, head = snapshot.task, snapshot.head
+        name = format_name or provider_format(task.llm_provider)
+        counted_as = counting_format(name)
         budget = self.tasks.budget(task)
-        tokens = head.context_tokens + task.tools_tokens + PER_PAYLOAD
+        tokens = self.tasks.payload_tokens(task, head, counted_as)
         overview = {
             "uuid": task.uuid,
+            "format": name,
             "tokens": tokens,
             "budget": budget.allowed,
             "threshold": budget.threshold,
             "window": budget.window,
             "reserved_output": budget.reserved_output,
-            "tools_tokens": task.tools_tokens,
-            "token_counter": self.store.counter.name,
+            "tools_tokens": tools_tokens(task, counted_as),
+            "token_counter": task.token_counter,
+            "calibration": {
+                "factor": task.token_calibration,
+                "samples": task.calibration_samples,
+                "estimated_real_tokens": round(tokens * task.token_calibration),
+            },
             "next_action": budget.next_action(tokens),
             "next_step": next_step,
             "message_count": head.current_messages,
@@ -103,7 +121,7 @@ class PayloadService:
             head.current_bytes,
             prefix,
             b"]}",
-            _ContextEntries(self.store.counter),
+            _ContextEntries(self._counter(task), FORMATS[name]),
             offload=True,
         )
 
@@ -111,15 +129,16 @@ class PayloadService:
 class _ContextEntries:
     """Renders current.jsonl lines as {"index", "tokens", "message"} array items."""
 
-    def __init__(self, counter: TextCounter) -> None:
+    def __init__(self, counter: TextCounter, payload_format: PayloadFormat) -> None:
         self.counter = counter
+        self.format = payload_format
         self.index = 0
 
     def __call__(self, chunk: bytes, last: bool) -> bytes:
         items = []
         for line in chunk.split(b"\n")[:-1]:
             message: dict[str, Any] = orjson.loads(line)
-            tokens = message_tokens(self.counter, message)
+            tokens = self.format.message_tokens(self.counter, message)
             items.append(b'{"index":%d,"tokens":%d,"message":%s}' % (self.index, tokens, line))
             self.index += 1
         rendered = b",".join(items)

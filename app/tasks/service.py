@@ -24,11 +24,13 @@ from app.context.records import ContextAccumulator, HeadState, StatsDelta
 from app.context.store import ContextStore, utc_timestamp
 from app.db.models import ContextHead, Task
 from app.errors import Conflict, InvalidInput
+from app.formats import FORMATS, native_format
 from app.storage.jsonl import fsync_dir, write_atomic
 from app.storage.layout import METADATA, STATUS_DIRS
 from app.tasks import lifecycle, repository
 from app.tasks.schemas import TaskCreate
-from app.tokens.accounting import PER_PAYLOAD, tools_tokens
+from app.tokens.accounting import PER_PAYLOAD
+from app.tokens.costs import in_format
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +40,12 @@ class TaskView:
     task: Task
     head: HeadState | None
     budget: Budget
+    payload_tokens: int | None  # counted, in the task's own provider format
 
-    @property
-    def payload_tokens(self) -> int:
-        assert self.head is not None
-        return self.head.context_tokens + self.task.tools_tokens + PER_PAYLOAD
+
+def tools_tokens(task: Task, fmt: str) -> int:
+    """Counted tokens of the task's tool definitions as ``fmt`` renders them."""
+    return in_format(task.tools_tokens, task.format_tools_tokens or {}, fmt)
 
 
 class TaskService:
@@ -55,9 +58,12 @@ class TaskService:
         self._fsync = settings.fsync == "always"
 
     def budget(self, task: Task) -> Budget:
-        return self._budget(task.model, task.context_length, task.max_output_tokens)
+        """The task's budget in counted tokens, its calibration applied."""
+        return self._budget(
+            task.model, task.context_length, task.max_output_tokens, task.token_calibration
+        )
 
-    def _budget(self, model: str, window: int, reserved: int) -> Budget:
+    def _budget(self, model: str, window: int, reserved: int, calibration: float = 1.0) -> Budget:
         settings = self.settings
         share = effective_threshold(
             settings.condense_threshold, settings.condense_profile_thresholds.get(model), model
@@ -68,10 +74,22 @@ class TaskService:
             buffer=settings.context_buffer,
             condense_threshold=share,
             token_threshold=settings.token_threshold,
+            calibration=calibration,
         )
 
     def view(self, task: Task, head: HeadState | None = None) -> TaskView:
-        return TaskView(task=task, head=head, budget=self.budget(task))
+        tokens = None
+        if head is not None:
+            tokens = self.payload_tokens(task, head, native_format(task.llm_provider))
+        return TaskView(task=task, head=head, budget=self.budget(task), payload_tokens=tokens)
+
+    def payload_tokens(self, task: Task, head: HeadState, fmt: str) -> int:
+        """Counted tokens of the payload in ``fmt`` ("openai", "anthropic" or "ollama")."""
+        tokens = head.tokens(fmt) + tools_tokens(task, fmt) + PER_PAYLOAD
+        if head.open_tool_calls:
+            counter = self.store.counting.counter(task.token_counter)
+            tokens += FORMATS[fmt].open_calls_tokens(counter, len(head.open_tool_calls))
+        return tokens
 
     # -- create ---------------------------------------------------------------------------
 
@@ -112,6 +130,12 @@ class TaskService:
     ) -> tuple[TaskView, bool]:
         layout = self.store.layout
         now = datetime.now(UTC)
+        counting = self.store.counting
+        counter_name = await asyncio.to_thread(counting.counter_name, body.model)
+        tools_openai, tools_other = await asyncio.to_thread(
+            counting.costs(counter_name).tools,
+            [t.model_dump(exclude_none=True) for t in body.tools or []],
+        )
         task = Task(
             uuid=task_uuid,
             **body.task_key.model_dump(),
@@ -125,9 +149,11 @@ class TaskService:
             context_length=window,
             max_output_tokens=reserved,
             metadata_=body.metadata,
-            tools_tokens=tools_tokens(
-                self.store.counter, [t.model_dump(exclude_none=True) for t in body.tools or []]
-            ),
+            token_counter=counter_name,
+            tools_tokens=tools_openai,
+            format_tools_tokens=tools_other,
+            token_calibration=1.0,
+            calibration_samples=0,
             create_fingerprint=fingerprint,
             llm_call_count=0,
             tool_call_count=0,
@@ -186,7 +212,7 @@ class TaskService:
         if initial:
             for record, line in accumulator.prepare(
                 initial,
-                counter=self.store.counter,
+                costs=self.store.counting.costs(task.token_counter),
                 timestamp=utc_timestamp(),
                 max_message_bytes=self.settings.max_message_bytes,
             ):
@@ -228,7 +254,9 @@ class TaskService:
                     row.updated_at = now
                     if target in lifecycle.FINISHED:
                         row.completed_at = now
-                        row.final_token_count = head.context_tokens + row.tools_tokens + PER_PAYLOAD
+                        row.final_token_count = self.payload_tokens(
+                            row, head, native_format(row.llm_provider)
+                        )
                         row.final_message_count = head.current_messages
                     if target == "failed":
                         row.error_message = error_message

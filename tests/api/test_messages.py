@@ -7,8 +7,17 @@ from typing import Any
 import httpx
 import pytest
 
+from app.config import Settings
 from tests.api.helpers import assert_error, create_task, read_jsonl, task_dir
 from tests.conftest import snapshot_dir
+
+
+@pytest.fixture
+def settings(context_dir: Path) -> Settings:
+    """The seed 000 heuristic (characters / 4): these tests work out token counts by hand.
+    Exact counting has its own tests (tests/tokens, tests/payloads)."""
+    return Settings(context_dir=context_dir, database_url="", token_counter="heuristic")
+
 
 PAYLOAD_OVERHEAD = 3  # the reply primer counted once per payload
 

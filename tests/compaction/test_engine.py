@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from asgi_lifespan import LifespanManager
 
 from app.config import Settings
@@ -20,6 +21,14 @@ from app.main import create_app
 from tests.api.helpers import assert_error, read_jsonl, task_dir
 from tests.conftest import task_body
 from tests.support_schemas import assert_tool_pairing
+
+
+@pytest.fixture
+def settings(context_dir: Path) -> Settings:
+    """The seed 000 heuristic (characters / 4): these tests work out token counts by hand.
+    Exact counting has its own tests (tests/tokens, tests/payloads)."""
+    return Settings(context_dir=context_dir, database_url="", token_counter="heuristic")
+
 
 Message = dict[str, Any]
 
@@ -280,12 +289,16 @@ async def test_condense_skips_recently_condensed(context_dir: Path) -> None:
     Right after a condense the summary is never in the last KEEP_RECENT messages (it keeps at
     least that many after it); it is once the service restarts with a larger KEEP_RECENT.
     """
-    async with running(Settings(context_dir=context_dir, fsync="never")) as client:
+    async with running(
+        Settings(context_dir=context_dir, fsync="never", token_counter="heuristic")
+    ) as client:
         uuid = await new_task(client)
         await append(client, uuid, [INSTRUCTION, *text_turns(12)])
         assert (await compress(client, uuid, "condense"))["kind"] == "condense"
         # [system, instruction, summary, 5 kept]: the summary is among the last 6.
-    wider = Settings(context_dir=context_dir, fsync="never", keep_recent=6)
+    wider = Settings(
+        context_dir=context_dir, fsync="never", keep_recent=6, token_counter="heuristic"
+    )
     async with running(wider) as client:
         messages_file = task_dir(context_dir, uuid) / "messages.jsonl"
         written = messages_file.read_bytes()
@@ -504,8 +517,24 @@ async def test_request_elides_the_next_largest_when_the_largest_cannot_shrink(
     assert ELISION_TEXT in body["messages"][3]["content"]
 
 
-async def test_request_413_when_the_head_alone_is_over_budget(client: httpx.AsyncClient) -> None:
-    """A system prompt bigger than the budget cannot be compacted: 413 context_over_budget."""
+async def test_request_413_when_the_tools_alone_are_over_budget(client: httpx.AsyncClient) -> None:
+    """Tool definitions bigger than the budget cannot be compacted: 413 context_over_budget."""
+    tool = {"type": "function", "function": {"name": "big", "description": "rules " * 8000}}
+    response = await client.post(
+        "/tasks", json=task_body(tools=[tool], context_length=4000, max_output_tokens=500)
+    )
+    assert response.status_code == 201, response.text
+    uuid = response.json()["uuid"]
+    await append(client, uuid, [INSTRUCTION])
+    response = await client.get(f"/tasks/{uuid}/request")
+    assert_error(response, 413, "context_over_budget")
+
+
+async def test_a_system_prompt_over_the_budget_is_elided_as_a_last_resort(
+    client: httpx.AsyncClient,
+) -> None:
+    """A system prompt bigger than the whole budget is cut in the middle (marked) rather than
+    the task refused; it stays first, and the instruction stays after it."""
     response = await client.post(
         "/tasks",
         json=task_body(system_prompt="rules " * 8000, context_length=4000, max_output_tokens=500),
@@ -513,8 +542,12 @@ async def test_request_413_when_the_head_alone_is_over_budget(client: httpx.Asyn
     assert response.status_code == 201, response.text
     uuid = response.json()["uuid"]
     await append(client, uuid, [INSTRUCTION])
-    response = await client.get(f"/tasks/{uuid}/request")
-    assert_error(response, 413, "context_over_budget")
+    body, tokens, budget = await payload(client, uuid)
+    assert tokens <= budget
+    system, instruction = body["messages"]
+    assert system["role"] == "system"
+    assert "characters elided to fit the context window" in system["content"]
+    assert instruction == INSTRUCTION
 
 
 # -- rewind -----------------------------------------------------------------------------------

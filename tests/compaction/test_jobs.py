@@ -21,6 +21,14 @@ from tests.fakes import llm_server
 from tests.fakes.llm_server import Behaviour, FakeLLM
 
 Client = httpx.AsyncClient
+
+
+@pytest.fixture
+def settings(context_dir: Path) -> Settings:
+    """The seed 000 heuristic: the tests size their contexts by characters / 4."""
+    return Settings(context_dir=context_dir, database_url="", token_counter="heuristic")
+
+
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 PATHS = {"openai": "/v1/chat/completions", "ollama": "/api/chat", "anthropic": "/v1/messages"}
 
@@ -39,6 +47,7 @@ def llm_settings(context_dir: Path, fake: FakeLLM, kind: str = "openai", **extra
         "job_backoff_s": 0.05,
         "job_max_attempts": 2,
         "request_condense_timeout_s": 1.0,
+        "token_counter": "heuristic",  # the tests size their contexts by characters / 4
     }
     return Settings(**(values | extra))
 

@@ -287,9 +287,17 @@ def test_truncate_plans_are_always_pair_safe(spec: str) -> None:
 
 
 def test_elision_candidates_are_non_system_entries_largest_first() -> None:
-    """The system prompt is never an elision target, however large; small entries are not
-    candidates; equal sizes keep their order."""
+    """The system prompt is not an elision target while another message could lose the excess
+    alone; small entries are not candidates; equal sizes keep their order."""
     items = entries("suatu", [900, 10, 200, 500, 200])
     assert by_size(items, minimum=64) == [3, 2, 4]
-    assert by_size(entries("ss", [900, 900])) == []
+    assert by_size(items, minimum=64, excess=499) == [3, 2, 4]
     assert by_size([]) == []
+
+
+def test_a_system_prompt_larger_than_the_budget_becomes_a_candidate() -> None:
+    """When no other message could lose the excess alone, system messages join, largest
+    first (else the task could only be refused)."""
+    items = entries("ssuatu", [4000, 6000, 300, 200, 500, 200])
+    assert by_size(items, minimum=64, excess=3000) == [1, 0, 4, 2, 3, 5]
+    assert by_size(entries("ss", [900, 900])) == [0, 1]

@@ -6,6 +6,7 @@ import pytest
 
 from app.context.records import ContextAccumulator, HeadState, openai_message
 from app.errors import Conflict, InvalidInput, TooLarge
+from app.tokens.costs import TokenCosts
 from app.tokens.counters import HeuristicCounter
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
@@ -13,7 +14,7 @@ CALL = {"id": "call_1", "type": "function", "function": {"name": "read_file", "a
 
 def prepare(acc: ContextAccumulator, messages: list[dict[str, Any]], limit: int = 1 << 20) -> Any:
     prepared = acc.prepare(
-        messages, counter=HeuristicCounter(), timestamp="t", max_message_bytes=limit
+        messages, costs=TokenCosts(HeuristicCounter()), timestamp="t", max_message_bytes=limit
     )
     for record, line in prepared:
         acc.admit(record, line)

@@ -1,0 +1,52 @@
+"""What a message or a task's tool definitions cost in each counted payload format.
+
+A record stores its cost as OpenAI renders it (``tokens``) and as the other counted formats
+render it (``format_tokens``), so the budget check for a payload in any format is a sum the head
+already holds (SPEC §3.3): nothing is re-counted when a payload is served.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.formats import FORMATS
+from app.tokens.counters import TextCounter
+
+OTHER_FORMATS = ("anthropic", "ollama")  # counted besides "openai"
+
+FormatTokens = dict[str, int]
+
+
+def in_format(openai: int, others: Mapping[str, int], fmt: str) -> int:
+    """A cost in ``fmt``, from the OpenAI count and the others (absent: as OpenAI's)."""
+    return openai if fmt == "openai" else others.get(fmt, openai)
+
+
+class _Memo:
+    """A counter that remembers the texts of one message: its formats share most of them."""
+
+    def __init__(self, counter: TextCounter) -> None:
+        self.name = counter.name
+        self._counter = counter
+        self._seen: dict[str, int] = {}
+
+    def count_text(self, text: str) -> int:
+        tokens = self._seen.get(text)
+        if tokens is None:
+            tokens = self._seen[text] = self._counter.count_text(text)
+        return tokens
+
+
+@dataclass(frozen=True)
+class TokenCosts:
+    counter: TextCounter
+
+    def message(self, message: Mapping[str, Any]) -> tuple[int, FormatTokens]:
+        """(OpenAI's cost, the other formats' costs) of one OpenAI-shaped message."""
+        memo = _Memo(self.counter)
+        openai = FORMATS["openai"].message_tokens(memo, dict(message))
+        return openai, {f: FORMATS[f].message_tokens(memo, dict(message)) for f in OTHER_FORMATS}
+
+    def tools(self, tools: list[dict[str, Any]]) -> tuple[int, FormatTokens]:
+        openai = FORMATS["openai"].tools_tokens(self.counter, tools)
+        return openai, {f: FORMATS[f].tools_tokens(self.counter, tools) for f in OTHER_FORMATS}

@@ -1,0 +1,90 @@
+"""Issue 4's acceptance: every corpus file, every format, within budget at 8k and 32k windows.
+
+Each trajectory is posted in batches into a task counted exactly (o200k_base), with the
+default extractive summariser; after every batch the payload is fetched in all four formats.
+Each must be valid for its provider (JSON Schema and SDK types), keep tool pairing in the
+provider's own terms, and its tokens, counted exactly from the payload served, must be within
+the budget and match what the service said in X-Context-Tokens, less the documented
+adjustments (tests/formats/support.py).
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from app.formats import FORMATS
+from app.tokens.counters import TextCounter, counter_for
+from tests.conftest import CORPUS, task_body
+from tests.formats.support import (
+    adjustment,
+    calls_left_open,
+    unanswered_calls,
+    validate_payload,
+)
+
+CORPUS_FILES = sorted(path.name for path in CORPUS.glob("*.jsonl"))
+WINDOWS = {8000: 1000, 32000: 4000}  # context_length -> max_output_tokens
+BATCH = 25
+
+
+@pytest.fixture
+def settings(context_dir: Path) -> Settings:
+    return Settings(context_dir=context_dir, fsync="never", token_counter="auto")
+
+
+@pytest.fixture(scope="module")
+def counter() -> TextCounter:
+    counter = counter_for("gpt-4o", "auto")
+    assert counter.name == "o200k_base"
+    return counter
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+async def check_formats(
+    client: httpx.AsyncClient, uuid: str, counter: TextCounter, budget: int
+) -> None:
+    context: list[dict[str, Any]] = []
+    for name, payload_format in FORMATS.items():
+        response = await client.get(f"/tasks/{uuid}/request", params={"format": name})
+        assert response.status_code == 200, (name, response.text[:2000])
+        served = int(response.headers["X-Context-Tokens"])
+        assert int(response.headers["X-Context-Budget"]) == budget
+        assert response.headers["X-Token-Counter"] == "o200k_base"
+        assert served <= budget, (name, served, budget)
+        payload = response.json()
+        validate_payload(name, payload)
+        exact = payload_format.payload_tokens(counter, payload)
+        if name == "openai":
+            context = payload["messages"]
+        # The service counts the stored sum plus, for calls still open, what they may add;
+        # the payload differs from the stored sum by the documented adjustments only.
+        open_calls = len(unanswered_calls(context) + calls_left_open(context))
+        bound = payload_format.open_calls_tokens(counter, open_calls)
+        assert exact <= served, (name, exact, served)
+        assert served - bound - adjustment(name, counter, context) == exact, (name, exact, served)
+
+
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+@pytest.mark.parametrize("name", CORPUS_FILES)
+async def test_every_format_valid_and_within_budget(
+    client: httpx.AsyncClient, counter: TextCounter, name: str, window: int
+) -> None:
+    messages = load(name)
+    body = task_body(context_length=window, max_output_tokens=WINDOWS[window])
+    response = await client.post("/tasks", json=body)
+    assert response.status_code == 201, response.text
+    uuid = response.json()["uuid"]
+    budget = int(window * 0.9) - WINDOWS[window]
+    for start in range(0, len(messages), BATCH):
+        batch = messages[start : start + BATCH]
+        response = await client.post(f"/tasks/{uuid}/messages", json={"messages": batch})
+        assert response.status_code == 201, response.text[:2000]
+        await check_formats(client, uuid, counter, budget)
