@@ -4,7 +4,7 @@ Runs a real uvicorn process and drives it over loopback from this process. Print
 writes bench/results/payload_and_appends.json. Ratios within one run matter more than absolute
 numbers on a noisy machine.
 
-    .venv/bin/python -m bench.payload_and_appends [--sizes-mb 0.01 1 10 40 100]
+    .venv/bin/python -m bench.payload_and_appends [--sizes-mb 0.01 1 10 100]
 """
 
 import argparse
@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import psutil
 
+from app.formats import FORMATS
 from bench.server import Service
 
 RESULTS = Path(__file__).parent / "results" / "payload_and_appends.json"
@@ -107,33 +108,38 @@ def payload_rows(service: Service, context_dir: Path, sizes: list[int]) -> list[
             task_uuid = create_task(client, window=max(200_000, size))
             fill(client, task_uuid, size)
             current = context_dir / "running" / task_uuid / "current.jsonl"
-            for _ in range(2):  # warm-up, then measured
-                before = service.rss()
-                with PeakRSS(service.process.pid) as peak:
-                    started = time.perf_counter()
-                    received = 0
-                    with client.stream("GET", f"/tasks/{task_uuid}/request") as response:
-                        response.raise_for_status()
-                        for chunk in response.iter_bytes():
-                            received += len(chunk)
-                    seconds = time.perf_counter() - started
-            started = time.perf_counter()
-            with open(current, "rb") as f:
-                while f.read(1 << 20):
-                    pass
-            read_seconds = time.perf_counter() - started
-            rows.append(
-                {
-                    "context_bytes": current.stat().st_size,
-                    "payload_bytes": received,
-                    "seconds": round(seconds, 4),
-                    "mb_per_s": round(received / seconds / 1e6, 1),
-                    "plain_read_mb_per_s": round(received / max(read_seconds, 1e-9) / 1e6, 1),
-                    "rss_before": before,
-                    "rss_growth": max(0, peak.peak - before),
-                    "naive_peak_rss_growth": max(0, naive_peak_rss(current) - baseline_rss()),
-                }
-            )
+            naive_growth = max(0, naive_peak_rss(current) - baseline_rss())
+            for payload_format in FORMATS:
+                for _ in range(2):  # warm-up, then measured
+                    before = service.rss()
+                    with PeakRSS(service.process.pid) as peak:
+                        started = time.perf_counter()
+                        received = 0
+                        with client.stream(
+                            "GET", f"/tasks/{task_uuid}/request", params={"format": payload_format}
+                        ) as response:
+                            response.raise_for_status()
+                            for chunk in response.iter_bytes():
+                                received += len(chunk)
+                        seconds = time.perf_counter() - started
+                started = time.perf_counter()
+                with open(current, "rb") as f:
+                    while f.read(1 << 20):
+                        pass
+                read_seconds = time.perf_counter() - started
+                rows.append(
+                    {
+                        "format": payload_format,
+                        "context_bytes": current.stat().st_size,
+                        "payload_bytes": received,
+                        "seconds": round(seconds, 4),
+                        "mb_per_s": round(received / seconds / 1e6, 1),
+                        "plain_read_mb_per_s": round(received / max(read_seconds, 1e-9) / 1e6, 1),
+                        "rss_before": before,
+                        "rss_growth": max(0, peak.peak - before),
+                        "naive_peak_rss_growth": naive_growth,
+                    }
+                )
     return rows
 
 
@@ -192,7 +198,7 @@ def raw_fsync_appends_per_s(directory: Path, count: int = 2000) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[0.01, 1, 10, 40])
+    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[0.01, 1, 10, 100])
     parser.add_argument("--agents", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--per-agent", type=int, default=50)
     args = parser.parse_args()
@@ -215,13 +221,14 @@ def main() -> None:
     }
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(
-        f"{'context':>12} {'payload MB/s':>13} {'plain read MB/s':>16} {'RSS growth':>11} "
-        f"{'naive RSS growth':>17}"
+        f"{'format':>9} {'context':>12} {'payload MB/s':>13} {'plain read MB/s':>16} "
+        f"{'RSS growth':>11} {'naive RSS growth':>17}"
     )
     for row in payloads:
         print(
-            f"{row['context_bytes']:>12,} {row['mb_per_s']:>13} {row['plain_read_mb_per_s']:>16} "
-            f"{row['rss_growth']:>11,} {row['naive_peak_rss_growth']:>17,}"
+            f"{row['format']:>9} {row['context_bytes']:>12,} {row['mb_per_s']:>13} "
+            f"{row['plain_read_mb_per_s']:>16} {row['rss_growth']:>11,} "
+            f"{row['naive_peak_rss_growth']:>17,}"
         )
     print(f"\n{'agents':>6} {'tasks':>5} {'msg/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for row in appends:

@@ -7,8 +7,9 @@ lock, that the span it summarised is still exactly what the context shows there.
 """
 
 import asyncio
+import copy
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
@@ -201,11 +202,19 @@ class CompactionService:
             head, entries, files = await self._index(locked, fmt)
             before = self.tasks.payload_tokens(locked.task, head, fmt)
             counter = self.store.counting.counter(locked.task.token_counter)
-            for index in plans.by_size(entries, minimum=64, excess=excess):
+            candidates = plans.by_size(entries, minimum=64, excess=excess)
+            # Contents first; a tool call's arguments (a file written, say) only when no
+            # content can give way.
+            for index, arguments in [(i, False) for i in candidates] + [
+                (i, True) for i in candidates if entries[i].role == "assistant"
+            ]:
                 entry = entries[index]
                 original = await asyncio.to_thread(_read_entry, files, entry, head.messages_bytes)
                 message = openai_message(original)
-                message["content"] = _elided(counter, message.get("content"), excess)
+                if not arguments:
+                    message["content"] = _elided(counter, message.get("content"), excess)
+                elif message.get("tool_calls"):
+                    message["tool_calls"] = _elided_calls(counter, message["tool_calls"], excess)
                 marker = {**message, "marker": "elision"}
                 cost = self._cost(locked.task, marker)
                 if entry.tokens - in_format(*cost, fmt) >= MIN_ELISION_GAIN:
@@ -434,6 +443,44 @@ def _read_entry(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
     record = _read_seq(files, entry.seq, end)
     assert record is not None
     return record
+
+
+def _elided_calls(
+    counter: TextCounter, calls: list[dict[str, Any]], excess: int
+) -> list[dict[str, Any]]:
+    """The calls with the longest string in the largest one's arguments cut in the middle.
+    Arguments that parse stay valid JSON (a file's content written by a tool call, say)."""
+    calls = copy.deepcopy(calls)
+    function = max(calls, key=lambda c: len(c["function"].get("arguments") or ""))["function"]
+    raw = function.get("arguments") or ""
+    try:
+        arguments = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        function["arguments"] = _elided(counter, raw, excess)
+        return calls
+    if isinstance(arguments, str):
+        arguments = _elided(counter, arguments, excess)
+    else:
+        _cut_longest_string(arguments, lambda text: _elided(counter, text, excess))
+    function["arguments"] = orjson.dumps(arguments).decode()
+    return calls
+
+
+def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
+    """Replace, in place, the longest string inside a parsed JSON value with ``cut(it)``."""
+    longest: tuple[int, Any, Any] | None = None
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            if isinstance(child, str) and (longest is None or len(child) > longest[0]):
+                longest = (len(child), node, key)
+            elif isinstance(child, dict | list):
+                stack.append(child)
+    if longest is not None:
+        _, node, key = longest
+        node[key] = cut(node[key])
 
 
 def _elided(counter: TextCounter, content: Any, excess: int) -> str:

@@ -54,14 +54,18 @@ import orjson
 from app.formats.parts import (
     compact_json,
     data_image,
-    inline_image_tokens,
     is_web_url,
     parse_arguments,
     part_text,
     placeholder,
     plain_text,
 )
-from app.tokens.accounting import IMAGE_WITHOUT_DATA, PER_PAYLOAD, PER_TOOL_DEFINITION
+from app.tokens.accounting import (
+    IMAGE_WITHOUT_DATA,
+    PER_PAYLOAD,
+    PER_TOOL_DEFINITION,
+    inline_image_tokens,
+)
 from app.tokens.counters import TextCounter
 
 PER_BLOCK = 3

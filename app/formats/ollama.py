@@ -34,13 +34,18 @@ import orjson
 from app.formats.parts import (
     compact_json,
     data_image,
-    inline_image_tokens,
     parse_arguments,
     part_text,
     placeholder,
     plain_text,
 )
-from app.tokens.accounting import PER_MESSAGE, PER_PAYLOAD, PER_TOOL_CALL, PER_TOOL_DEFINITION
+from app.tokens.accounting import (
+    PER_MESSAGE,
+    PER_PAYLOAD,
+    PER_TOOL_CALL,
+    PER_TOOL_DEFINITION,
+    inline_image_tokens,
+)
 from app.tokens.counters import TextCounter
 
 _OPTIONS = (

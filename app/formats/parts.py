@@ -1,6 +1,5 @@
 """Pieces of an OpenAI message that every non-OpenAI format has to translate. Pure."""
 
-import math
 from typing import Any
 
 import orjson
@@ -27,11 +26,6 @@ def data_image(url: str) -> tuple[str, str] | None:
 
 def is_web_url(url: str) -> bool:
     return url.startswith(("https://", "http://"))
-
-
-def inline_image_tokens(data: str) -> int:
-    # Seed 002 (Roo Code), as accounting.image_tokens: sqrt of the base64 length.
-    return math.ceil(math.sqrt(len(data)))
 
 
 def placeholder(part: dict[str, Any]) -> str:

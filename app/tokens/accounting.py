@@ -40,10 +40,15 @@ def content_tokens(counter: TextCounter, content: Any) -> int:
 
 
 def image_tokens(url: str) -> int:
-    # Seed 002 (Roo Code): sqrt of the base64 length for inline data, a flat guess otherwise.
+    """An image by URL: inline data by its size, a flat guess otherwise."""
     if url.startswith("data:") and "," in url:
-        return math.ceil(math.sqrt(len(url.split(",", 1)[1])))
+        return inline_image_tokens(url.split(",", 1)[1])
     return IMAGE_WITHOUT_DATA
+
+
+def inline_image_tokens(data: str) -> int:
+    """Seed 002 (Roo Code): the square root of the base64 length."""
+    return math.ceil(math.sqrt(len(data)))
 
 
 def message_tokens(counter: TextCounter, message: Mapping[str, Any]) -> int:

@@ -10,6 +10,7 @@ openai SDK, with tool pairing intact; every compaction recorded in /summaries ma
 smaller; and the number of compactions stays bounded (no compaction loop).
 """
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,16 @@ async def all_summaries(client: httpx.AsyncClient, uuid: str) -> list[dict[str, 
         after = page["next_after_id"]
 
 
+async def jobs_settled(client: httpx.AsyncClient, uuid: str) -> None:
+    for _ in range(200):
+        response = await client.get("/jobs", params={"task_uuid": uuid})
+        assert response.status_code == 200, response.text
+        if all(job["status"] not in ("queued", "running") for job in response.json()["jobs"]):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the task's jobs did not settle")
+
+
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 @pytest.mark.parametrize("name", LONGEST)
 async def test_corpus_replay_stays_within_budget(
@@ -81,6 +92,7 @@ async def test_corpus_replay_stays_within_budget(
         validate_openai_request(payload)
         assert_tool_pairing(payload["messages"])
 
+    await jobs_settled(client, uuid)  # a condense the last batch scheduled may still run
     task = (await client.get(f"/tasks/{uuid}")).json()
     summaries = await all_summaries(client, uuid)
     count = task["statistics"]["compression_count"]

@@ -488,7 +488,8 @@ async def test_request_elides_the_next_largest_when_the_largest_cannot_shrink(
     """The largest message's size is in its tool call's arguments: the result is elided.
 
     Regression: elision only ever tried the largest message; when its content could not shrink
-    (tool-call arguments are never cut) /request answered 413 though eliding the next fit.
+    /request answered 413 though eliding the next fit. Arguments are cut only when no content
+    can give way (next test).
     """
     uuid = await new_task(client, context_length=2048, max_output_tokens=256)
     source = "\n".join(f"line {i}: some code here" for i in range(200))
@@ -512,9 +513,36 @@ async def test_request_elides_the_next_largest_when_the_largest_cannot_shrink(
     body, tokens, budget = await payload(client, uuid)
 
     assert tokens <= budget
-    assert body["messages"][2] == write  # arguments are never cut
+    assert body["messages"][2] == write  # a content could give way: arguments are kept
     assert body["messages"][3]["tool_call_id"] == "w1"
     assert ELISION_TEXT in body["messages"][3]["content"]
+
+
+async def test_request_cuts_tool_arguments_when_no_content_can_give_way(
+    client: httpx.AsyncClient,
+) -> None:
+    """An unanswered call whose arguments alone exceed the budget (a big file written) has the
+    longest string in its arguments cut in the middle; the arguments stay valid JSON."""
+    uuid = await new_task(client, context_length=2048, max_output_tokens=256)
+    source = "\n".join(f"line {i}: some code here" for i in range(400))
+    arguments = {"path": "src/big.py", "content": source}
+    call = {
+        "id": "w1",
+        "type": "function",
+        "function": {"name": "write_file", "arguments": json.dumps(arguments)},
+    }
+    await append(client, uuid, [INSTRUCTION, {"role": "assistant", "tool_calls": [call]}])
+
+    body, tokens, budget = await payload(client, uuid)
+
+    assert tokens <= budget
+    sent = body["messages"][-1]["tool_calls"][0]
+    assert sent["id"] == "w1"
+    cut = json.loads(sent["function"]["arguments"])
+    assert cut["path"] == "src/big.py"
+    assert "characters elided to fit the context window" in cut["content"]
+    assert cut["content"].startswith("line 0: some code here")
+    assert cut["content"].endswith("line 399: some code here")
 
 
 async def test_request_413_when_the_tools_alone_are_over_budget(client: httpx.AsyncClient) -> None:

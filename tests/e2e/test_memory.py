@@ -1,5 +1,6 @@
-"""Serving a large context from a real server costs little memory (SPEC §3.7): the payload,
-the context overview and the history are streamed from the files, not held whole."""
+"""Serving a large context from a real server costs little memory (SPEC §3.7): the payload in
+every format, the context overview and the history are streamed from the files, not held
+whole."""
 
 import json
 from dataclasses import dataclass
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from app.formats import FORMATS
 from tests.conftest import task_body
 from tests.e2e import server
 from tests.e2e.server import Server, ServerPool
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.e2e
 servers = server.servers  # the fixture: real uvicorn processes, ended at teardown
 
 MiB = 1024 * 1024
-TOOL_OUTPUTS = 40  # each about 1 MiB: a ~40 MiB context
+TOOL_OUTPUTS = 100  # each about 1 MiB: a ~100 MiB context
 WARM_UP_OUTPUTS = 4
 PAGE_LIMIT = 2  # history records per page (each ~1 MiB)
 GROWTH_BOUND = 0.25  # RSS may grow by at most this share of the bytes served
@@ -67,7 +69,7 @@ async def _stream(
     http: httpx.AsyncClient,
     srv: Server,
     url: str,
-    params: dict[str, int] | None = None,
+    params: dict[str, int | str] | None = None,
     *,
     keep: bool = False,
 ) -> Measured:
@@ -98,7 +100,7 @@ def _report(name: str, measured: Measured) -> None:
 
 
 async def _build_task(http: httpx.AsyncClient, exchanges: int) -> str:
-    body = task_body(system_prompt="You are a coding agent.", context_length=20_000_000)
+    body = task_body(system_prompt="You are a coding agent.", context_length=60_000_000)
     created = await http.post("/tasks", json=body)
     assert created.status_code == 201, created.text
     uuid: str = created.json()["uuid"]
@@ -111,13 +113,16 @@ async def _build_task(http: httpx.AsyncClient, exchanges: int) -> str:
 async def _serve_all(http: httpx.AsyncClient, srv: Server, uuid: str) -> dict[str, Measured]:
     """Stream GET /request, GET /context and every GET /messages page of a task."""
     measured = {
-        "request": await _stream(http, srv, f"/tasks/{uuid}/request"),
-        "context": await _stream(http, srv, f"/tasks/{uuid}/context"),
+        f"request?format={name}": await _stream(
+            http, srv, f"/tasks/{uuid}/request", {"format": name}
+        )
+        for name in FORMATS
     }
+    measured["context"] = await _stream(http, srv, f"/tasks/{uuid}/context")
     pages: list[Measured] = []
     after_seq: int | None = 0
     while after_seq is not None:
-        params = {"after_seq": after_seq, "limit": PAGE_LIMIT}
+        params: dict[str, int | str] = {"after_seq": after_seq, "limit": PAGE_LIMIT}
         pages.append(await _stream(http, srv, f"/tasks/{uuid}/messages", params, keep=True))
         page = json.loads(pages[-1].body)
         assert len(page["messages"]) <= PAGE_LIMIT
@@ -129,11 +134,12 @@ async def _serve_all(http: httpx.AsyncClient, srv: Server, uuid: str) -> dict[st
 
 
 async def test_large_context_is_served_in_bounded_memory(servers: ServerPool) -> None:
-    """A ~40 MiB context (40 tool outputs of ~1 MiB) is served as GET /request, GET /context
-    and GET /messages pages while the server's RSS grows by well under a quarter of the bytes
-    served. The process is fresh and warmed up on a ~4 MiB context of the same shape first:
-    that takes the one-off costs that do not depend on the context's size (allocator arenas
-    of the I/O threads, 1 MiB read buffers), so what is left is what size would cost."""
+    """A ~100 MiB context (100 tool outputs of ~1 MiB) is served as GET /request in each
+    format, GET /context and GET /messages pages while the server's RSS grows by well under a
+    quarter of the bytes served. The process is fresh and warmed up on a ~4 MiB context of
+    the same shape first: that takes the one-off costs that do not depend on the context's
+    size (allocator arenas of the I/O threads, 1 MiB read buffers), so what is left is what
+    size would cost."""
     srv = servers.start()
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=120) as http:
         warm_uuid = await _build_task(http, WARM_UP_OUTPUTS)
@@ -158,7 +164,8 @@ async def test_large_context_is_served_in_bounded_memory(servers: ServerPool) ->
         f"peak serving the large context {peak / MiB:.1f} MiB"
     )
 
-    assert served["request"].received >= current_bytes  # the whole context was served
+    for name in FORMATS:  # the whole context was served
+        assert served[f"request?format={name}"].received >= current_bytes * 0.95, name
     assert served["context"].received >= current_bytes
     assert served["messages"].received >= history_bytes
     for name, measured in served.items():

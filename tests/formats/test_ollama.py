@@ -3,8 +3,8 @@
 from typing import Any
 
 from app.formats import FORMATS
-from app.formats.parts import RAW_ARGUMENTS_KEY, inline_image_tokens
-from app.tokens.accounting import PER_PAYLOAD
+from app.formats.parts import RAW_ARGUMENTS_KEY
+from app.tokens.accounting import PER_PAYLOAD, inline_image_tokens
 from app.tokens.counters import HeuristicCounter
 from tests.formats.support import (
     METADATA,
