@@ -8,6 +8,7 @@ def task_out(view: TaskView, cls: type[TaskOut] = TaskOut) -> TaskOut:
     task = view.task
     context = None
     if view.head is not None:
+        assert view.payload_tokens is not None
         context = ContextSummary(
             tokens=view.payload_tokens,
             messages=view.head.current_messages,
@@ -16,6 +17,8 @@ def task_out(view: TaskView, cls: type[TaskOut] = TaskOut) -> TaskOut:
             budget=view.budget.allowed,
             threshold=view.budget.threshold,
             reserved_output=view.budget.reserved_output,
+            token_counter=task.token_counter,
+            calibration=task.token_calibration,
         )
     return cls(
         uuid=task.uuid,

@@ -118,13 +118,20 @@ class TaskStatistics(BaseModel):
 
 
 class ContextSummary(BaseModel):
-    tokens: int = Field(description="Tokens of the payload /request would serve now.")
+    tokens: int = Field(
+        description="Counted tokens of the payload /request would serve now, in the format of "
+        "the task's llm_provider."
+    )
     messages: int = Field(description="Messages in the effective context.")
     last_seq: int
     window: int
-    budget: int = Field(description="allowed = window * (1 - buffer) - reserved output.")
+    budget: int = Field(
+        description="allowed = (window * (1 - buffer) - reserved output) / calibration."
+    )
     threshold: int
     reserved_output: int
+    token_counter: str = Field(description="o200k_base, cl100k_base or heuristic")
+    calibration: float = Field(description="Real tokens per counted token (SPEC §7).")
 
 
 class TaskOut(BaseModel):
