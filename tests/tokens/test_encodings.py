@@ -86,6 +86,21 @@ def test_a_corrupted_rank_file_is_refused(name: str) -> None:
     assert len(verified_ranks(name, bundled_rank_file(name))) > 100_000
 
 
+def run_child(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter; it must succeed."""
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    return child
+
+
 OFFLINE_CHILD = """
 import socket
 
@@ -124,16 +139,7 @@ def test_exact_counts_need_no_network(tmp_path: Path) -> None:
         "TIKTOKEN_CACHE_DIR": str(cache),
     }
     env.pop("DATA_GYM_CACHE_DIR", None)
-    child = subprocess.run(
-        [sys.executable, "-c", OFFLINE_CHILD],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr
+    child = run_child(OFFLINE_CHILD, env, tmp_path)
     result = json.loads(child.stdout)
     for name, ids in HELLO_IDS.items():
         assert result[name] == {"counter": name, "count": len(ids), "ids": ids}
@@ -169,16 +175,7 @@ def test_auto_falls_back_to_the_heuristic_and_warns_once(tmp_path: Path) -> None
     corrupt = bundled_rank_file(O200K_BASE).replace(b" 1000\n", b" 1001\n", 1)
     (package / "data" / "o200k_base.tiktoken.gz").write_bytes(gzip.compress(corrupt))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
-    child = subprocess.run(
-        [sys.executable, "-c", FALLBACK_CHILD],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr
+    child = run_child(FALLBACK_CHILD, env, tmp_path)
     result = json.loads(child.stdout)
     assert result == {"names": ["heuristic"] * 5, "errors": ["mismatch", "unavailable"]}
     warnings = [line for line in child.stderr.splitlines() if line.startswith("WARNING")]
