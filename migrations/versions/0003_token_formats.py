@@ -18,41 +18,30 @@ depends_on: str | Sequence[str] | None = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
+# Plain ALTER TABLE ADD/DROP COLUMN with constant defaults. No batch mode: on SQLite that copies
+# the table and drops the old one, and with foreign keys on (as the service connects) the drop
+# would cascade to every task's head, jobs and idempotency keys.
+TASK_COLUMNS = (
+    sa.Column("token_counter", sa.String(32), nullable=False, server_default="heuristic"),
+    sa.Column("format_tools_tokens", JSON, nullable=False, server_default="{}"),
+    sa.Column("token_calibration", sa.Float(), nullable=False, server_default="1.0"),
+    sa.Column("calibration_samples", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("served_tokens", sa.Integer(), nullable=True),
+    sa.Column("served_format", sa.String(16), nullable=True),
+)
+
 
 def upgrade() -> None:
-    # Tasks created before this revision were counted by the heuristic; their per-format totals
-    # are unknown ({}), which reads as "the same as OpenAI's" until a compaction rebuilds them.
-    with op.batch_alter_table("tasks") as batch:
-        batch.add_column(
-            sa.Column("token_counter", sa.String(32), nullable=False, server_default="heuristic")
-        )
-        batch.add_column(
-            sa.Column("format_tools_tokens", JSON, nullable=False, server_default=sa.text("'{}'"))
-        )
-        batch.add_column(
-            sa.Column("token_calibration", sa.Float(), nullable=False, server_default="1.0")
-        )
-        batch.add_column(
-            sa.Column("calibration_samples", sa.Integer(), nullable=False, server_default="0")
-        )
-        batch.add_column(sa.Column("served_tokens", sa.Integer(), nullable=True))
-        batch.add_column(sa.Column("served_format", sa.String(16), nullable=True))
-    with op.batch_alter_table("context_heads") as batch:
-        batch.add_column(
-            sa.Column("format_tokens", JSON, nullable=False, server_default=sa.text("'{}'"))
-        )
+    # Tasks from before this revision were counted by the heuristic and have no per-format
+    # totals ({}): their counts in the anthropic and ollama formats fall back to OpenAI's.
+    for column in TASK_COLUMNS:
+        op.add_column("tasks", column)
+    op.add_column(
+        "context_heads", sa.Column("format_tokens", JSON, nullable=False, server_default="{}")
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("context_heads") as batch:
-        batch.drop_column("format_tokens")
-    with op.batch_alter_table("tasks") as batch:
-        for column in (
-            "served_format",
-            "served_tokens",
-            "calibration_samples",
-            "token_calibration",
-            "format_tools_tokens",
-            "token_counter",
-        ):
-            batch.drop_column(column)
+    op.drop_column("context_heads", "format_tokens")
+    for column in reversed(TASK_COLUMNS):
+        op.drop_column("tasks", column.name)
