@@ -87,7 +87,7 @@ class Settings(BaseSettings):
         description="auto: exact BPE counts for the model's family (o200k_base unless an older "
         "OpenAI model), the characters/4 heuristic if the encoding cannot be loaded.",
     )
-    calibration_min: float = Field(0.5, gt=0, description="Lowest calibration factor.")
+    calibration_min: float = Field(0.5, gt=0, le=1, description="Lowest calibration factor.")
     calibration_max: float = Field(3.0, ge=1, description="Highest calibration factor.")
     calibration_smoothing: float = Field(
         0.3, gt=0, le=1, description="Weight of a lower reported ratio (a higher one is taken)."

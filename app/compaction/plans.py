@@ -108,9 +108,10 @@ def _with_results(entries: list[Entry], start: int, end: int) -> Span:
 
 def by_size(entries: list[Entry], *, minimum: int = 0, excess: int = 0) -> list[int]:
     """Indexes of the entries over ``minimum`` tokens, largest first: the candidates for an
-    elision. System messages only when no other message could lose ``excess`` tokens alone:
-    a system prompt larger than the whole budget is cut rather than the task refused."""
+    elision. System messages only when all the others together could not lose ``excess``
+    tokens: a system prompt larger than the whole budget is cut rather than the task refused."""
     candidates = [i for i, e in enumerate(entries) if e.tokens > minimum]
-    if any(entries[i].role != "system" and entries[i].tokens > excess for i in candidates):
-        candidates = [i for i in candidates if entries[i].role != "system"]
+    others = [i for i in candidates if entries[i].role != "system"]
+    if sum(entries[i].tokens for i in others) > excess:
+        candidates = others
     return sorted(candidates, key=lambda i: -entries[i].tokens)

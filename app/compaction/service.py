@@ -36,7 +36,7 @@ from app.llm.errors import LLMError
 from app.storage.layout import METADATA
 from app.tasks.service import TaskService
 from app.tokens.accounting import content_tokens
-from app.tokens.costs import FormatTokens, in_format
+from app.tokens.costs import FormatTokens, TokenCosts, in_format
 from app.tokens.counters import TextCounter
 
 log = logging.getLogger(__name__)
@@ -201,28 +201,14 @@ class CompactionService:
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
             before = self.tasks.payload_tokens(locked.task, head, fmt)
-            counter = self.store.counting.counter(locked.task.token_counter)
-            candidates = plans.by_size(entries, minimum=64, excess=excess)
-            # Contents first; a tool call's arguments (a file written, say) only when no
-            # content can give way.
-            for index, arguments in [(i, False) for i in candidates] + [
-                (i, True) for i in candidates if entries[i].role == "assistant"
-            ]:
-                entry = entries[index]
-                original = await asyncio.to_thread(_read_entry, files, entry, head.messages_bytes)
-                message = openai_message(original)
-                if not arguments:
-                    message["content"] = _elided(counter, message.get("content"), excess)
-                elif message.get("tool_calls"):
-                    message["tool_calls"] = _elided_calls(counter, message["tool_calls"], excess)
-                marker = {**message, "marker": "elision"}
-                cost = self._cost(locked.task, marker)
-                if entry.tokens - in_format(*cost, fmt) >= MIN_ELISION_GAIN:
-                    break
-            else:
+            costs = self.store.counting.costs(locked.task.token_counter)
+            # Reading and counting large messages: off the event loop.
+            found = await asyncio.to_thread(
+                _elision, files, head.messages_bytes, entries, costs, excess, fmt
+            )
+            if found is None:
                 return Outcome("skipped", before, before, reason="nothing_to_elide")
-            if original.get("tool_name"):
-                marker["tool_name"] = original["tool_name"]
+            index, marker, cost = found
             span = Span(index, index + 1)
             record = self._summary_record("elision", entries, span, "", fmt, cost)
             return await self._commit(locked, head, files, marker, record, span, entries, cost)
@@ -443,6 +429,38 @@ def _read_entry(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
     record = _read_seq(files, entry.seq, end)
     assert record is not None
     return record
+
+
+def _elision(
+    files: ContextFiles,
+    end: int,
+    entries: list[Entry],
+    costs: TokenCosts,
+    excess: int,
+    fmt: str,
+) -> tuple[int, dict[str, Any], tuple[int, FormatTokens]] | None:
+    """The entry to elide, its elision marker and the marker's cost; None if none gains.
+
+    Contents first, largest first; a tool call's arguments (a file written, say) only when no
+    content can give way.
+    """
+    candidates = plans.by_size(entries, minimum=64, excess=excess)
+    assistants = [i for i in candidates if entries[i].role == "assistant"]
+    for index, arguments in [(i, False) for i in candidates] + [(i, True) for i in assistants]:
+        entry = entries[index]
+        original = _read_entry(files, entry, end)
+        message = openai_message(original)
+        if not arguments:
+            message["content"] = _elided(costs.counter, message.get("content"), excess)
+        elif message.get("tool_calls"):
+            message["tool_calls"] = _elided_calls(costs.counter, message["tool_calls"], excess)
+        cost = costs.message(message)
+        if entry.tokens - in_format(*cost, fmt) >= MIN_ELISION_GAIN:
+            marker = {**message, "marker": "elision"}
+            if original.get("tool_name"):
+                marker["tool_name"] = original["tool_name"]
+            return index, marker, cost
+    return None
 
 
 def _elided_calls(

@@ -321,16 +321,16 @@ class ContextStore:
     ) -> None:
         keys = [*recovery.idempotent_results, *new_keys]
         values = _stats_values(recovery, stats)
-        reported = recovery.stats.add(stats).reported_prompt_tokens
+        # Only a usage appended now answers the payload served last (not one found in history
+        # by a recovery).
+        reported = stats.reported_prompt_tokens
         if reported is not None and task.served_tokens is not None:
             values |= self._calibrated(task, task.served_tokens, reported)
         await self._commit_head(task.uuid, head, values, keys)
 
     def _calibrated(self, task: Task, served: int, reported: int) -> dict[str, Any]:
         """Task values after an LLM reported ``reported`` prompt tokens for our ``served``."""
-        factor = self.calibration.update(
-            task.token_calibration, task.calibration_samples, served, reported
-        )
+        factor = self.calibration.update(task.token_calibration, served, reported)
         values: dict[str, Any] = {"served_tokens": None}  # one report per served payload
         if factor is None:
             log.info(
@@ -354,13 +354,11 @@ class ContextStore:
             "calibration_samples": Task.calibration_samples + 1,
         }
 
-    async def record_served(self, task_uuid: str, fmt: str, tokens: int) -> None:
+    async def record_served(self, task_uuid: str, tokens: int) -> None:
         """Remember the counted tokens of a payload served, for the next reported usage."""
         async with self.db.transaction() as session:
             await session.execute(
-                update(Task)
-                .where(Task.uuid == task_uuid)
-                .values(served_tokens=tokens, served_format=fmt)
+                update(Task).where(Task.uuid == task_uuid).values(served_tokens=tokens)
             )
 
     async def _commit_head(

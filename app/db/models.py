@@ -54,7 +54,6 @@ class Task(Base):
     calibration_samples: Mapped[int] = mapped_column(Integer, default=0)
     # The counted tokens of the last payload served, waiting for a reported usage to compare.
     served_tokens: Mapped[int | None] = mapped_column(Integer)
-    served_format: Mapped[str | None] = mapped_column(String(16))
     # Hash of the creation body: a re-POST with the same uuid is idempotent only if it matches.
     create_fingerprint: Mapped[str] = mapped_column(String(64))
 

@@ -46,8 +46,12 @@ class PayloadService:
             snapshot = await self.store.snapshot(task_uuid, "current")
         try:
             tokens, headers = self._check_servable(snapshot, counted_as)
-            if snapshot.task.status == "running":
-                await self.store.record_served(task_uuid, counted_as, tokens)
+            # The LLM's report is about the payload the agent sent it: one in the format of the
+            # task's provider (a dashboard's look in another format is no evidence).
+            if snapshot.task.status == "running" and name == provider_format(
+                snapshot.task.llm_provider
+            ):
+                await self.store.record_served(task_uuid, tokens)
         except BaseException:
             snapshot.close()
             raise

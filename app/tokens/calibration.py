@@ -42,15 +42,13 @@ class CalibrationPolicy:
     high: float
     smoothing: float  # weight of a new, lower sample
 
-    def update(self, factor: float, samples: int, served: int, reported: int) -> float | None:
+    def update(self, factor: float, served: int, reported: int) -> float | None:
         """The new factor after a report, or None if the report is no evidence."""
         if served <= 0 or reported <= 0:
             return None
         ratio = reported / served
         if not MIN_PLAUSIBLE_RATIO <= ratio <= MAX_PLAUSIBLE_RATIO:
             return None
-        if samples == 0 or ratio >= factor:
-            new = ratio
-        else:
-            new = factor + self.smoothing * (ratio - factor)
+        # A higher ratio is taken; a lower one, even the first, moves the factor part of the way.
+        new = ratio if ratio >= factor else factor + self.smoothing * (ratio - factor)
         return round(min(self.high, max(self.low, new)), 4)

@@ -27,7 +27,6 @@ TASK_COLUMNS = (
     sa.Column("token_calibration", sa.Float(), nullable=False, server_default="1.0"),
     sa.Column("calibration_samples", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("served_tokens", sa.Integer(), nullable=True),
-    sa.Column("served_format", sa.String(16), nullable=True),
 )
 
 

@@ -296,8 +296,8 @@ def test_elision_candidates_are_non_system_entries_largest_first() -> None:
 
 
 def test_a_system_prompt_larger_than_the_budget_becomes_a_candidate() -> None:
-    """When no other message could lose the excess alone, system messages join, largest
-    first (else the task could only be refused)."""
+    """When all the other messages together could not lose the excess, system messages join,
+    largest first (else the task could only be refused)."""
     items = entries("ssuatu", [4000, 6000, 300, 200, 500, 200])
     assert by_size(items, minimum=64, excess=3000) == [1, 0, 4, 2, 3, 5]
     assert by_size(entries("ss", [900, 900])) == [0, 1]
