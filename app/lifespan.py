@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 from fastapi import FastAPI
+from sqlalchemy import select
 
 from app.compaction.service import CompactionService
 from app.compaction.summarizer import Summarizer
@@ -53,9 +54,12 @@ class Services:
 
 
 def build_services(
-    settings: Settings, db: Database, layout: Layout, http: httpx.AsyncClient
+    settings: Settings,
+    db: Database,
+    layout: Layout,
+    http: httpx.AsyncClient,
+    counting: TokenCounting,
 ) -> Services:
-    counting = TokenCounting(settings.token_counter)
     store = ContextStore(
         db=db, layout=layout, locks=TaskLocks(layout), counting=counting, settings=settings
     )
@@ -134,6 +138,20 @@ async def prepare_storage(settings: Settings, db: Database, layout: Layout) -> N
         os.close(fd)
 
 
+async def warm_counters(counting: TokenCounting, db: Database, settings: Settings) -> None:
+    """Load, off the event loop, the encodings that existing tasks, new tasks and the summariser
+    will count with (about half a second each, once per process)."""
+    async with db.reader() as session:
+        names = set(await session.scalars(select(Task.token_counter).distinct()))
+
+    def load() -> None:
+        names.update(counting.counter_name(model) for model in ("", settings.llm_model))
+        for name in names:
+            counting.costs(name)
+
+    await asyncio.to_thread(load)
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
     settings: Settings = app.state.settings
@@ -143,10 +161,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
     db = open_database(settings.effective_database_url)
     try:
         await prepare_storage(settings, db, layout)
-        # Loading a BPE encoding takes about a second: once per process, off the event loop.
-        await asyncio.to_thread(TokenCounting(settings.token_counter).counter_name, "")
+        counting = TokenCounting(settings.token_counter)
+        await warm_counters(counting, db, settings)
         async with httpx.AsyncClient() as http:  # shared by the LLM backends
-            services = build_services(settings, db, layout, http)
+            services = build_services(settings, db, layout, http, counting)
             await services.runner.start()
             log.info("context service ready: %s", layout.root)
             try:

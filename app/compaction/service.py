@@ -256,11 +256,11 @@ class CompactionService:
             )
             return None
 
-    async def dry_run(self, task_uuid: str) -> dict[str, Any]:
-        """What compaction would do next, without doing it (for GET /context)."""
+    async def dry_run(self, task_uuid: str, fmt: str | None = None) -> dict[str, Any]:
+        """What compaction would do next for a payload in ``fmt``, without doing it."""
         async with self.store.locked(task_uuid) as locked:
             head = await self.store.recovered_head(locked)
-            fmt = native_format(locked.task.llm_provider)
+            fmt = fmt or native_format(locked.task.llm_provider)
             tokens = self.tasks.payload_tokens(locked.task, head, fmt)
             budget = self.tasks.budget(locked.task)
             if tokens < budget.threshold:  # the usual case: no need to index the context

@@ -63,8 +63,8 @@ from app.formats.parts import (
 from app.tokens.accounting import (
     IMAGE_WITHOUT_DATA,
     PER_PAYLOAD,
-    PER_TOOL_DEFINITION,
     inline_image_tokens,
+    tools_tokens,
 )
 from app.tokens.counters import TextCounter
 
@@ -378,19 +378,15 @@ class AnthropicFormat:
         return _cost(counter, blocks)
 
     def tools_tokens(self, counter: TextCounter, tools: list[dict[str, Any]] | None) -> int:
-        return anthropic_tools_tokens(counter, [convert_tool(tool) for tool in tools or ()])
+        return tools_tokens(counter, [convert_tool(tool) for tool in tools or ()])
 
     def payload_tokens(self, counter: TextCounter, payload: dict[str, Any]) -> int:
         total = PER_PAYLOAD + _cost(counter, _as_blocks(payload.get("system") or []))
         for message in payload["messages"]:
             total += _cost(counter, _as_blocks(message["content"]))
-        return total + anthropic_tools_tokens(counter, payload.get("tools"))
+        return total + tools_tokens(counter, payload.get("tools"))
 
     def open_calls_tokens(self, counter: TextCounter, open_calls: int) -> int:
         # A context cut part-way through results gets an error result for each call left open;
         # calls of a final assistant message are dropped instead (cheaper: this is the bound).
         return open_calls * unanswered_result_tokens(counter)
-
-
-def anthropic_tools_tokens(counter: TextCounter, tools: list[dict[str, Any]] | None) -> int:
-    return sum(PER_TOOL_DEFINITION + counter.count_text(compact_json(tool)) for tool in tools or ())

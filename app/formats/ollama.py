@@ -43,8 +43,8 @@ from app.tokens.accounting import (
     PER_MESSAGE,
     PER_PAYLOAD,
     PER_TOOL_CALL,
-    PER_TOOL_DEFINITION,
     inline_image_tokens,
+    tools_tokens,
 )
 from app.tokens.counters import TextCounter
 
@@ -221,15 +221,11 @@ class OllamaFormat:
         return total
 
     def tools_tokens(self, counter: TextCounter, tools: list[dict[str, Any]] | None) -> int:
-        return ollama_tools_tokens(counter, [convert_tool(tool) for tool in tools or ()])
+        return tools_tokens(counter, [convert_tool(tool) for tool in tools or ()])
 
     def payload_tokens(self, counter: TextCounter, payload: dict[str, Any]) -> int:
         messages = sum(ollama_message_tokens(counter, m) for m in payload["messages"])
-        return PER_PAYLOAD + messages + ollama_tools_tokens(counter, payload.get("tools"))
+        return PER_PAYLOAD + messages + tools_tokens(counter, payload.get("tools"))
 
     def open_calls_tokens(self, counter: TextCounter, open_calls: int) -> int:
         return 0  # sent as they are (their results' tool_name is paid for already)
-
-
-def ollama_tools_tokens(counter: TextCounter, tools: list[dict[str, Any]] | None) -> int:
-    return sum(PER_TOOL_DEFINITION + counter.count_text(compact_json(tool)) for tool in tools or ())

@@ -92,11 +92,15 @@ class PayloadService:
 
     async def context_view(self, task_uuid: str, format_name: str | None) -> AsyncIterator[bytes]:
         """The effective context with per-message tokens, budget and what would happen next."""
-        next_step = await self.compaction.dry_run(task_uuid)
         snapshot = await self.store.snapshot(task_uuid, "current")
         task, head = snapshot.task, snapshot.head
         name = format_name or provider_format(task.llm_provider)
         counted_as = counting_format(name)
+        try:
+            next_step = await self.compaction.dry_run(task_uuid, counted_as)
+        except BaseException:
+            snapshot.close()
+            raise
         budget = self.tasks.budget(task)
         tokens = self.tasks.payload_tokens(task, head, counted_as)
         overview = {
