@@ -178,6 +178,22 @@ BAD_MESSAGES: dict[str, tuple[Any, int, str]] = {
     ),
     "envelope_field_seq": ({**user(), "seq": 99}, 422, "validation_error"),
     "envelope_field_tokens": ({**user(), "tokens": 1}, 422, "validation_error"),
+    "envelope_field_format_tokens": (
+        {**user(), "format_tokens": {"anthropic": 1}},
+        422,
+        "validation_error",
+    ),
+    "usage_on_a_user_message": ({**user(), "usage": {"prompt_tokens": 5}}, 422, "validation_error"),
+    "usage_negative_input_tokens": (
+        {"role": "assistant", "content": "ok", "usage": {"input_tokens": -5}},
+        422,
+        "validation_error",
+    ),
+    "usage_prompt_eval_count_not_a_number": (
+        {"role": "assistant", "content": "ok", "usage": {"prompt_eval_count": "many"}},
+        422,
+        "validation_error",
+    ),
     "empty_batch": ({"messages": []}, 422, "validation_error"),
     "batch_not_a_list": ({"messages": user()}, 422, "validation_error"),
     "not_an_object": ([user()], 422, "validation_error"),

@@ -21,7 +21,6 @@ class Budget:
     reserved_output: int
     allowed: int  # the most counted tokens a served payload may have
     threshold: int  # at or above this, compaction is due
-    calibration: float = 1.0
 
     def next_action(self, tokens: int) -> str:
         if tokens > self.allowed:
@@ -74,5 +73,4 @@ def budget_for(
         reserved_output=reserved_output,
         allowed=math.floor(allowed / calibration),
         threshold=math.floor(threshold / calibration),
-        calibration=calibration,
     )

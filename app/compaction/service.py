@@ -32,6 +32,7 @@ from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.db.models import Task
 from app.errors import AppError, Conflict, InvalidInput, TooLarge
 from app.formats import native_format
+from app.formats.parts import plain_text
 from app.llm.errors import LLMError
 from app.storage.layout import METADATA
 from app.tasks.service import TaskService
@@ -503,9 +504,7 @@ def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
 
 def _elided(counter: TextCounter, content: Any, excess: int) -> str:
     """The content with its middle cut so that about ``excess`` (+10%) tokens go."""
-    if isinstance(content, list):
-        content = "\n".join(p.get("text", f"[{p.get('type')}]") for p in content)
-    text = content or ""
+    text = plain_text(content)
     tokens = max(1, content_tokens(counter, text))
     chars_per_token = len(text) / tokens
     cut = min(len(text) - 200, int((excess * 1.1 + 64) * chars_per_token))

@@ -55,6 +55,7 @@ from app.formats.parts import (
     compact_json,
     data_image,
     is_web_url,
+    output_limit,
     parse_arguments,
     part_text,
     placeholder,
@@ -88,8 +89,10 @@ def request_fields(metadata: dict[str, Any], max_output_tokens: int) -> dict[str
     given: dict[str, Any] = {
         k: v for k, v in (metadata.get("request_defaults") or {}).items() if v is not None
     }
-    limit = given.get("max_tokens", given.get("max_completion_tokens", max_output_tokens))
-    fields: dict[str, Any] = {"model": metadata["config"]["model"], "max_tokens": limit}
+    fields: dict[str, Any] = {
+        "model": metadata["config"]["model"],
+        "max_tokens": output_limit(given, max_output_tokens),
+    }
     fields.update((key, given[key]) for key in _SAMPLING if key in given)
     if isinstance(fields.get("temperature"), int | float):
         fields["temperature"] = min(fields["temperature"], 1)  # OpenAI's range is 0-2

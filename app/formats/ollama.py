@@ -34,6 +34,7 @@ import orjson
 from app.formats.parts import (
     compact_json,
     data_image,
+    output_limit,
     parse_arguments,
     part_text,
     placeholder,
@@ -82,8 +83,7 @@ def request_tail(
             tail["format"] = fmt
     options: dict[str, Any] = dict(given.get("options") or {})
     options.update((key, given[key]) for key in _OPTIONS if key in given)
-    limit = given.get("max_tokens", given.get("max_completion_tokens", max_output_tokens))
-    options["num_predict"] = limit
+    options["num_predict"] = output_limit(given, max_output_tokens)
     options["num_ctx"] = context_length
     tail["options"] = options
     return tail

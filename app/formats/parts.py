@@ -83,5 +83,11 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {RAW_ARGUMENTS_KEY: arguments}
 
 
+def output_limit(defaults: dict[str, Any], max_output_tokens: int) -> Any:
+    """The answer's token limit: the defaults' max_tokens (or OpenAI's newer name), else the
+    output the budget reserves."""
+    return defaults.get("max_tokens", defaults.get("max_completion_tokens", max_output_tokens))
+
+
 def compact_json(value: Any) -> str:
     return orjson.dumps(value).decode()

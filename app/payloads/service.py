@@ -48,9 +48,9 @@ class PayloadService:
             tokens, headers = self._check_servable(snapshot, counted_as)
             # The LLM's report is about the payload the agent sent it: one in the format of the
             # task's provider (a dashboard's look in another format is no evidence).
-            if snapshot.task.status == "running" and name == provider_format(
-                snapshot.task.llm_provider
-            ):
+            task = snapshot.task
+            evidence = task.status == "running" and name == provider_format(task.llm_provider)
+            if evidence and task.served_tokens != tokens:  # a write only when it changes
                 await self.store.record_served(task_uuid, tokens)
         except BaseException:
             snapshot.close()

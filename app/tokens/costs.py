@@ -41,11 +41,11 @@ class _Memo:
 class TokenCosts:
     counter: TextCounter
 
-    def message(self, message: Mapping[str, Any]) -> tuple[int, FormatTokens]:
+    def message(self, message: dict[str, Any]) -> tuple[int, FormatTokens]:
         """(OpenAI's cost, the other formats' costs) of one OpenAI-shaped message."""
         memo = _Memo(self.counter)
-        openai = FORMATS["openai"].message_tokens(memo, dict(message))
-        return openai, {f: FORMATS[f].message_tokens(memo, dict(message)) for f in OTHER_FORMATS}
+        openai = FORMATS["openai"].message_tokens(memo, message)
+        return openai, {f: FORMATS[f].message_tokens(memo, message) for f in OTHER_FORMATS}
 
     def tools(self, tools: list[dict[str, Any]]) -> tuple[int, FormatTokens]:
         openai = FORMATS["openai"].tools_tokens(self.counter, tools)

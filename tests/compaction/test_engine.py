@@ -123,6 +123,16 @@ async def payload(client: httpx.AsyncClient, uuid: str) -> tuple[dict[str, Any],
     return body, tokens, budget
 
 
+async def tokens_by_format(client: httpx.AsyncClient, uuid: str) -> dict[str, int]:
+    """X-Context-Tokens of GET /request in each payload format."""
+    counts = {}
+    for name in ("openai", "anthropic", "ollama"):
+        response = await client.get(f"/tasks/{uuid}/request", params={"format": name})
+        assert response.status_code == 200, response.text
+        counts[name] = int(response.headers["X-Context-Tokens"])
+    return counts
+
+
 async def history(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:
     """Every record of messages.jsonl, through GET /messages."""
     response = await client.get(f"/tasks/{uuid}/messages", params={"limit": 1000})
@@ -762,6 +772,7 @@ async def test_current_is_rebuilt_byte_identical_after_compactions_and_rewinds(
     current = directory / "current.jsonl"
     live = current.read_bytes()
     body, tokens, _ = await payload(client, uuid)
+    format_tokens = await tokens_by_format(client, uuid)
     view = (await statistics(client, uuid))["context"]
     rendered = b"".join(CurrentRender(ContextFiles(directory)))
     assert rendered == live
@@ -776,6 +787,8 @@ async def test_current_is_rebuilt_byte_identical_after_compactions_and_rewinds(
     ):
         rebuilt_body, rebuilt_tokens, _ = await payload(restarted, uuid)
         assert (await statistics(restarted, uuid))["context"] == view
+        # The rebuilt head holds the same totals in every format (SPEC §3.2, §3.3).
+        assert await tokens_by_format(restarted, uuid) == format_tokens
 
     assert current.read_bytes() == live
     assert rebuilt_body == body
