@@ -42,7 +42,7 @@ openapi: $(STAMP) ## regenerate openapi.yaml from the app
 	$(BIN)/context-service openapi > openapi.yaml
 
 bench: $(STAMP) ## run the benchmarks (writes bench/results/)
-	$(BIN)/python -m bench.payload_and_appends
+	$(BIN)/python -m bench.payload_and_appends && $(BIN)/python -m bench.stats_queries
 
 clean: ## remove .venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,4 +1,4 @@
-"""``context-service serve|migrate``."""
+"""``context-service serve|migrate|openapi|cleanup``."""
 
 import argparse
 import asyncio
@@ -8,7 +8,10 @@ import yaml
 
 from app.config import Settings
 from app.db.engine import open_database
-from app.lifespan import prepare_storage
+from app.errors import InvalidInput
+from app.lifespan import open_services, prepare_storage
+from app.maintenance.schemas import MAX_DAYS, CleanupReport
+from app.observability.logs import configure_logging
 from app.storage.layout import Layout
 
 
@@ -27,8 +30,21 @@ async def _migrate(settings: Settings) -> None:
         await db.dispose()
 
 
+async def _cleanup(settings: Settings, older_than_days: int | None, dry_run: bool) -> CleanupReport:
+    async with open_services(settings) as services:
+        return await services.maintenance.cleanup(older_than_days, dry_run=dry_run)
+
+
+def _days(value: str) -> int:
+    days = int(value)
+    if not 0 <= days <= MAX_DAYS:
+        raise ValueError(value)
+    return days
+
+
 def main(argv: list[str] | None = None) -> None:
     settings = Settings()
+    configure_logging(settings)
     parser = argparse.ArgumentParser(prog="context-service")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP service")
@@ -37,11 +53,27 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--workers", type=int, default=1)
     commands.add_parser("migrate", help="create or upgrade the database, reconcile CONTEXT_DIR")
     commands.add_parser("openapi", help="print the OpenAPI document as YAML")
+    cleanup = commands.add_parser(
+        "cleanup", help="remove finished tasks older than N days; print the report as JSON"
+    )
+    cleanup.add_argument(
+        "--older-than-days",
+        type=_days,
+        metavar="N",
+        help=f"0..{MAX_DAYS}; 0: every finished task (default: CLEANUP_DAYS)",
+    )
+    cleanup.add_argument("--dry-run", action="store_true", help="report only; change nothing")
     args = parser.parse_args(argv)
     if args.command == "openapi":
         print(openapi_yaml(), end="")
     elif args.command == "migrate":
         asyncio.run(_migrate(settings))
         print(f"database at head; {settings.context_dir.resolve()} reconciled")
+    elif args.command == "cleanup":
+        try:
+            report = asyncio.run(_cleanup(settings, args.older_than_days, args.dry_run))
+        except InvalidInput as exc:
+            parser.error(exc.message)
+        print(report.model_dump_json(indent=2))
     else:
         uvicorn.run("app.main:app", host=args.host, port=args.port, workers=args.workers)

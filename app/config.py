@@ -39,6 +39,24 @@ class LLMBackendConfig(BaseModel):
     window: int | None = Field(None, ge=256)
 
 
+WebhookEvent = Literal["completed", "stopped", "failed"]
+
+
+class WebhookConfig(BaseModel):
+    """One named hook in ``WEBHOOKS`` (a JSON object: name -> this).
+
+    ``all_tasks`` hooks fire for every task; the others only for tasks that name them in
+    ``hooks`` at creation. With a ``secret``, each delivery is signed (``X-Context-Signature``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(pattern=r"^https?://")
+    events: tuple[WebhookEvent, ...] = ("completed", "stopped", "failed")
+    all_tasks: bool = False
+    secret: SecretStr | None = None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
 
@@ -103,6 +121,33 @@ class Settings(BaseSettings):
     job_backoff_s: float = Field(2.0, ge=0, description="Wait before retry n: backoff * 2**(n-1).")
     job_concurrency: int = Field(2, ge=1, description="Jobs one process runs at once.")
     log_level: str = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="json: one JSON object a line, with the task uuid as a field."
+    )
+
+    # Lifecycle (SPEC §9): final summaries, inheritance, hooks, cleanup.
+    final_summary_backend: str = Field(
+        "", description="Named LLM backend for final summaries; empty: the default backend."
+    )
+    final_summary_max_tokens: int = Field(3000, ge=64, description="Longest final summary.")
+    inheritance_enabled: bool = Field(
+        True, description="Default of POST /tasks `inherit` (seed 000 inheritance.enabled)."
+    )
+    max_summary_tokens: int = Field(
+        4000, ge=100, description="Largest inherited context message (summary + planning)."
+    )
+    inheritance_wait_s: float = Field(
+        5.0, ge=0, description="How long a create waits for a pending final summary to inherit."
+    )
+    webhooks: dict[str, WebhookConfig] = Field(
+        default_factory=dict, description="Named webhooks: JSON object name -> {url, events...}."
+    )
+    webhook_timeout_s: float = Field(10.0, gt=0, description="Per delivery attempt.")
+    webhook_max_attempts: int = Field(5, ge=1, description="Deliveries tried before giving up.")
+    cleanup_days: int = Field(
+        30, ge=0, description="Finished tasks older than this are removed; 0: never by itself."
+    )
+    cleanup_interval_s: float = Field(3600.0, gt=0, description="How often cleanup runs.")
 
     # LLM backends (app/llm/). "extractive" (the default) needs no network and no chat backend.
     llm_backend: Literal["extractive", "openai", "ollama", "anthropic"] = "extractive"
@@ -127,9 +172,10 @@ class Settings(BaseSettings):
         taken = RESERVED_BACKEND_NAMES.intersection(self.llm_backends)
         if taken:
             raise ValueError(f"LLM_BACKENDS may not use the reserved names {sorted(taken)}")
-        bad = [name for name in self.llm_backends if not _BACKEND_NAME.fullmatch(name)]
-        if bad:
-            raise ValueError(f"LLM_BACKENDS names must match {_BACKEND_NAME.pattern}: {bad}")
+        for setting, names in (("LLM_BACKENDS", self.llm_backends), ("WEBHOOKS", self.webhooks)):
+            bad = [name for name in names if not _BACKEND_NAME.fullmatch(name)]
+            if bad:
+                raise ValueError(f"{setting} names must match {_BACKEND_NAME.pattern}: {bad}")
         return self
 
     @property

@@ -21,18 +21,26 @@ from app.context.store import ContextStore
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
 from app.db.models import Job, Task
+from app.final_summaries.service import FinalSummaryService
 from app.formats import native_format
+from app.inheritance.service import InheritanceService
 from app.jobs.queue import JobQueue
 from app.jobs.runner import JobRunner
 from app.journals.service import JournalService
 from app.llm.registry import build_backends
+from app.maintenance.periodic import start_periodic_cleanup
+from app.maintenance.service import MaintenanceService
 from app.messages.service import MessageService
+from app.observability.metrics import Metrics
 from app.payloads.service import PayloadService
+from app.planning.service import PlanningService
+from app.stats.service import StatsService
 from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks
 from app.storage.reconcile import reconcile
 from app.tasks.service import TaskService
 from app.tokens.counting import TokenCounting
+from app.webhooks.service import WebhookDelivery
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +53,17 @@ class Services:
     tasks: TaskService
     messages: MessageService
     tools: JournalService
-    planning: JournalService
+    planning: PlanningService
     summaries: JournalService
     compaction: CompactionService
     jobs: JobQueue
     runner: JobRunner
+    metrics: Metrics
     payloads: PayloadService
+    final_summaries: FinalSummaryService
+    inheritance: InheritanceService
+    stats: StatsService
+    maintenance: MaintenanceService
 
 
 def build_services(
@@ -63,8 +76,11 @@ def build_services(
     store = ContextStore(
         db=db, layout=layout, locks=TaskLocks(layout), counting=counting, settings=settings
     )
-    backends = build_backends(settings, http)
-    tasks = TaskService(store, settings, frozenset(backends))
+    metrics = Metrics()
+    backends = build_backends(settings, http, metrics)
+    jobs = JobQueue(db, max_attempts=settings.job_max_attempts, lease_s=settings.job_lease_s)
+    inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance_wait_s)
+    tasks = TaskService(store, settings, frozenset(backends), jobs, inheritance)
     summarizer = Summarizer(
         backends=backends,
         # The summariser's window is the LLM's; what it costs is counted like a default task.
@@ -73,8 +89,14 @@ def build_services(
         backend_name=settings.condense_backend,
         max_tokens=settings.summary_max_tokens,
     )
-    compaction = CompactionService(store, tasks, summarizer, settings)
-    jobs = JobQueue(db, max_attempts=settings.job_max_attempts, lease_s=settings.job_lease_s)
+    compaction = CompactionService(store, tasks, summarizer, settings, metrics=metrics)
+    final_summaries = FinalSummaryService(
+        store,
+        summarizer,
+        jobs,
+        backend=settings.final_summary_backend,
+        max_tokens=settings.final_summary_max_tokens,
+    )
 
     async def condense_job(job: Job) -> dict[str, object]:
         outcome = await compaction.condense(job.task_uuid)
@@ -103,7 +125,11 @@ def build_services(
 
     runner = JobRunner(
         jobs,
-        {"condense": condense_job},
+        {
+            "condense": condense_job,
+            "final_summary": final_summaries.write,
+            "webhook": WebhookDelivery(settings, http).deliver,
+        },
         poll_s=settings.job_poll_s,
         backoff_s=settings.job_backoff_s,
         concurrency=settings.job_concurrency,
@@ -113,14 +139,21 @@ def build_services(
         db=db,
         store=store,
         tasks=tasks,
-        messages=MessageService(store, settings),
+        messages=MessageService(store, settings, metrics=metrics),
         tools=journal(TOOLS, key="seq", time_field="timestamp"),
-        planning=journal(PLANNING, key="id", time_field="created_at"),
+        planning=PlanningService(
+            journal(PLANNING, key="id", time_field="created_at"), store, tasks
+        ),
         summaries=journal(SUMMARIES, key="id", time_field="created_at"),
         compaction=compaction,
         jobs=jobs,
         runner=runner,
+        metrics=metrics,
         payloads=PayloadService(store, tasks, compaction),
+        final_summaries=final_summaries,
+        inheritance=inheritance,
+        stats=StatsService(db),
+        maintenance=MaintenanceService(db, tasks, settings),
     )
 
 
@@ -153,23 +186,33 @@ async def warm_counters(counting: TokenCounting, db: Database, settings: Setting
 
 
 @asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
-    settings: Settings = app.state.settings
-    loop = asyncio.get_running_loop()
-    loop.set_default_executor(ThreadPoolExecutor(settings.io_threads, "context-io"))
+async def open_services(settings: Settings) -> AsyncIterator[Services]:
+    """Storage migrated and reconciled, encodings warm, services built; the job runner and
+    periodic work are the caller's to start (the service does, the CLI does not)."""
     layout = Layout(settings.context_dir.resolve())
     db = open_database(settings.effective_database_url)
     try:
         await prepare_storage(settings, db, layout)
         counting = TokenCounting(settings.token_counter)
         await warm_counters(counting, db, settings)
-        async with httpx.AsyncClient() as http:  # shared by the LLM backends
-            services = build_services(settings, db, layout, http, counting)
-            await services.runner.start()
-            log.info("context service ready: %s", layout.root)
-            try:
-                yield {"services": services}
-            finally:
-                await services.runner.stop()
+        async with httpx.AsyncClient() as http:  # shared by the LLM backends and webhooks
+            yield build_services(settings, db, layout, http, counting)
     finally:
         await db.dispose()
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
+    settings: Settings = app.state.settings
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(settings.io_threads, "context-io"))
+    async with open_services(settings) as services:
+        await services.runner.start()
+        cleanup = start_periodic_cleanup(services.maintenance, settings)
+        log.info("context service ready: %s", services.store.layout.root)
+        try:
+            yield {"services": services}
+        finally:
+            if cleanup is not None:
+                await cleanup.stop()
+            await services.runner.stop()

@@ -1,29 +1,30 @@
 """The ASGI application: ``uvicorn app.main:app``."""
 
-import logging
-
 from fastapi import FastAPI
 
 from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware
 from app.compaction.endpoints import router as compaction_router
 from app.config import Settings
+from app.final_summaries.endpoints import router as final_summaries_router
+from app.inheritance.endpoints import router as inheritance_router
 from app.jobs.endpoints import router as jobs_router
 from app.lifespan import lifespan
+from app.maintenance.endpoints import router as maintenance_router
 from app.messages.endpoints import router as messages_router
+from app.observability.logs import configure_logging
+from app.observability.middleware import RequestMetricsMiddleware, TaskLogContextMiddleware
 from app.ops.endpoints import router as ops_router
 from app.payloads.endpoints import router as payloads_router
 from app.planning.endpoints import router as planning_router
+from app.stats.endpoints import router as stats_router
 from app.tasks.endpoints import router as tasks_router
 from app.tools.endpoints import router as tools_router
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    configure_logging(settings)
     app = FastAPI(
         title="Context service",
         version="0.1.0",
@@ -33,6 +34,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Added last, so outermost: requests refused by the body limit are timed and logged too.
+    app.add_middleware(RequestMetricsMiddleware)
+    app.add_middleware(TaskLogContextMiddleware)
     for router in (
         tasks_router,
         messages_router,
@@ -41,7 +45,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         jobs_router,
         tools_router,
         planning_router,
+        final_summaries_router,
+        inheritance_router,
         ops_router,
+        stats_router,
+        maintenance_router,
     ):
         app.include_router(router)
     return app

@@ -1,6 +1,7 @@
 """Fixtures: the real app (real SQLite, real files in a temp dir) over httpx's ASGI transport."""
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,16 @@ def context_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
     return Settings(context_dir=context_dir, database_url="")
+
+
+@asynccontextmanager
+async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The real app with these settings (lifespan included), and a client for it."""
+    application = create_app(settings)
+    async with LifespanManager(application) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client
 
 
 @pytest.fixture

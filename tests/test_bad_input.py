@@ -9,6 +9,7 @@ The module runs with small size limits so the 413 cases stay cheap: MAX_BODY_BYT
 MAX_MESSAGE_BYTES 16 KiB, MAX_BATCH_MESSAGES 10.
 """
 
+import asyncio
 import uuid as uuid_module
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -76,8 +77,20 @@ async def task_uuids(client: Client) -> list[str]:
     return [t["uuid"] for t in response.json()["tasks"]]
 
 
+async def settled(client: Client, uuid: str) -> None:
+    """Wait (bounded) until the task's background jobs (a final summary...) have run."""
+    for _ in range(300):
+        response = await client.get("/jobs", params={"task_uuid": uuid})
+        if all(job["status"] not in ("queued", "running") for job in response.json()["jobs"]):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("background jobs did not settle")
+
+
 async def state(client: Client, context_dir: Path, uuid: str | None = None) -> dict[str, Any]:
-    """Everything a bad request must leave alone."""
+    """Everything a bad request must leave alone (once the task's background work is done)."""
+    if uuid is not None:
+        await settled(client, uuid)
     snapshot: dict[str, Any] = {
         "files": snapshot_dir(context_dir),
         "dirs": directories(context_dir),

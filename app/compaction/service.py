@@ -34,7 +34,7 @@ from app.errors import AppError, Conflict, InvalidInput, TooLarge
 from app.formats import native_format
 from app.formats.parts import plain_text
 from app.llm.errors import LLMError
-from app.storage.layout import METADATA
+from app.observability.metrics import Metrics, timed_compaction
 from app.tasks.service import TaskService
 from app.tokens.accounting import content_tokens
 from app.tokens.costs import FormatTokens, TokenCosts, in_format
@@ -79,8 +79,15 @@ class Outcome:
 
 class CompactionService:
     def __init__(
-        self, store: ContextStore, tasks: TaskService, summarizer: Summarizer, settings: Settings
+        self,
+        store: ContextStore,
+        tasks: TaskService,
+        summarizer: Summarizer,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics  # each outcome counted and timed (@timed_compaction)
         self.store = store
         self.tasks = tasks
         self.summarizer = summarizer
@@ -121,6 +128,7 @@ class CompactionService:
             return await self.truncate(task_uuid)
         return await self.condense(task_uuid, backend)
 
+    @timed_compaction
     async def condense(
         self, task_uuid: str, backend: str | None = None, fmt: str | None = None
     ) -> Outcome:
@@ -140,7 +148,7 @@ class CompactionService:
                 if isinstance(plan, Skip):
                     return Outcome("skipped", before, before, reason=plan.reason)
                 span = [e.position for e in entries[plan.start : plan.end]]
-                backend = backend or await asyncio.to_thread(_task_backend, files)
+                backend = backend or await asyncio.to_thread(files.summary_backend)
                 handle = await asyncio.to_thread(open, files.messages, "rb")
             try:
                 summary = await self.summarizer.summarize(
@@ -162,6 +170,8 @@ class CompactionService:
         async with self.store.locked(task_uuid) as locked:
             head, entries, files = await self._index(locked, fmt)
             before = self.tasks.payload_tokens(locked.task, head, fmt)
+            if locked.task.status != "running":  # finished while the summariser worked
+                return Outcome("skipped", before, before, reason="task_not_running")
             found = [i for i, e in enumerate(entries) if span[0] <= e.position <= span[-1]]
             if [entries[i].position for i in found] != span:
                 return Outcome("skipped", before, before, reason="context_changed")
@@ -175,6 +185,7 @@ class CompactionService:
             record["summarizer"] = summarizer
             return await self._commit(locked, head, files, marker, record, hidden, entries, cost)
 
+    @timed_compaction
     async def truncate(self, task_uuid: str, fmt: str | None = None) -> Outcome:
         async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
             self._require_running(locked)
@@ -192,6 +203,7 @@ class CompactionService:
             record = self._summary_record("truncation", entries, plan, content, fmt, cost)
             return await self._commit(locked, head, files, marker, record, plan, entries, cost)
 
+    @timed_compaction
     async def elide(self, task_uuid: str, excess: int, fmt: str | None = None) -> Outcome:
         """Cut the middle out of the largest message, to lose ``excess`` tokens (a last resort).
 
@@ -393,13 +405,6 @@ class CompactionService:
             summary_id=record.get("summary_id"),
             hidden_messages=span.end - span.start,
         )
-
-
-def _task_backend(files: ContextFiles) -> str | None:
-    """The summary backend the task chose at creation (metadata.json), if any."""
-    metadata = orjson.loads((files.directory / METADATA).read_bytes())
-    choice: str | None = metadata.get("summary_backend")
-    return choice
 
 
 def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:

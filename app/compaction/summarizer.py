@@ -82,34 +82,67 @@ class Summarizer:
         backend = self.backend(name)
         return "extractive" if backend is None else f"{backend.kind}:{backend.model}"
 
-    async def summarize(self, records: Iterator[dict[str, Any]], backend: str | None = None) -> str:
-        """A summary of the records (consumed once, in a worker thread)."""
+    async def summarize(
+        self,
+        records: Iterator[dict[str, Any]],
+        backend: str | None = None,
+        *,
+        prompt: str | None = None,
+        max_tokens: int | None = None,
+    ) -> str:
+        """A summary of the records (consumed once, in a worker thread), with the condense
+        prompt unless another is given (the final summary's)."""
+        prompt = prompt or self.prompt
         chat = self.backend(backend)
-        if chat is None:
-            return await asyncio.to_thread(
-                extractive_digest, records, max_chars=EXTRACTIVE_MAX_CHARS
-            )
-        budget = int(chat.window * _WINDOW_SHARE) - self.max_tokens
+        if chat is None:  # a digest of about four characters a token asked for
+            max_chars = 4 * max_tokens if max_tokens else EXTRACTIVE_MAX_CHARS
+            return await asyncio.to_thread(extractive_digest, records, max_chars=max_chars)
+        max_tokens = max_tokens or self.max_tokens
+        budget = int(chat.window * _WINDOW_SHARE) - max_tokens
         parts: list[str] = []
         chunks = _chunks(records, self.counter, max(budget, 256))
         while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
-            parts.append(await chat.complete(self._request(chunk), max_tokens=self.max_tokens))
-        if len(parts) == 1:
-            return parts[0]
-        combined = "\n\n".join(f"Part {i + 1}:\n{part}" for i, part in enumerate(parts))
-        messages = [
-            {"role": "system", "content": self.prompt},
-            {"role": "user", "content": f"{COMBINE_REQUEST}\n\n{combined}"},
-        ]
-        return await chat.complete(messages, max_tokens=self.max_tokens)
+            parts.append(await chat.complete(_request(prompt, chunk), max_tokens=max_tokens))
+        while len(parts) > 1:  # combined in rounds of groups that fit the window
+            groups = _groups(parts, self.counter, max(budget, 256))
+            parts = [await _combine(chat, group, prompt, max_tokens) for group in groups]
+        return parts[0]
 
-    def _request(self, chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if "{messages}" in self.prompt:  # seed 001 §7.3: the messages inside the prompt
-            text = "\n".join(f"[{m['role'].upper()}]: {_text(m)}" for m in chunk)
-            return [{"role": "user", "content": self.prompt.replace("{messages}", text)}]
-        # Seed 002: the prompt as system, the conversation as it was, then the request.
-        body = [{"role": _chat_role(m), "content": _text(m)} for m in chunk]
-        return [{"role": "system", "content": self.prompt}, *body, _final_request()]
+
+async def _combine(chat: ChatBackend, parts: list[str], prompt: str, max_tokens: int) -> str:
+    if len(parts) == 1:
+        return parts[0]
+    combined = "\n\n".join(f"Part {i + 1}:\n{part}" for i, part in enumerate(parts))
+    messages = [
+        {"role": "system", "content": prompt},
+        {"role": "user", "content": f"{COMBINE_REQUEST}\n\n{combined}"},
+    ]
+    return await chat.complete(messages, max_tokens=max_tokens)
+
+
+def _groups(parts: list[str], counter: TextCounter, budget: int) -> list[list[str]]:
+    """Consecutive parts in groups of at most ``budget`` tokens, at least two a group (so
+    each round shrinks), unless only one is left."""
+    groups: list[list[str]] = []
+    size = 0
+    for part in parts:
+        tokens = counter.count_text(part)
+        if groups and (len(groups[-1]) < 2 or size + tokens <= budget):
+            groups[-1].append(part)
+            size += tokens
+        else:
+            groups.append([part])
+            size = tokens
+    return groups
+
+
+def _request(prompt: str, chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if "{messages}" in prompt:  # seed 001 §7.3: the messages inside the prompt
+        text = "\n".join(f"[{m['role'].upper()}]: {_text(m)}" for m in chunk)
+        return [{"role": "user", "content": prompt.replace("{messages}", text)}]
+    # Seed 002: the prompt as system, the conversation as it was, then the request.
+    body = [{"role": _chat_role(m), "content": _text(m)} for m in chunk]
+    return [{"role": "system", "content": prompt}, *body, _final_request()]
 
 
 def _final_request() -> dict[str, Any]:

@@ -37,7 +37,7 @@ from app.storage.jsonl import (
     truncate,
     write_atomic,
 )
-from app.storage.layout import CURRENT, MESSAGES, SUMMARIES
+from app.storage.layout import CURRENT, MESSAGES, METADATA, SUMMARIES
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,13 @@ class ContextFiles:
     @property
     def current(self) -> Path:
         return self.directory / CURRENT
+
+    def summary_backend(self) -> str | None:
+        """The summary backend the task chose at creation (metadata.json), if any."""
+        choice: str | None = orjson.loads((self.directory / METADATA).read_bytes()).get(
+            "summary_backend"
+        )
+        return choice
 
     def in_agreement_with(self, head: HeadState) -> bool:
         return (

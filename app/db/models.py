@@ -54,6 +54,16 @@ class Task(Base):
     calibration_samples: Mapped[int] = mapped_column(Integer, default=0)
     # The counted tokens of the last payload served, waiting for a reported usage to compare.
     served_tokens: Mapped[int | None] = mapped_column(Integer)
+    # Task options (POST /tasks): keep the latest planning entry in every payload; named webhooks.
+    pin_plan: Mapped[bool] = mapped_column(default=False)
+    hooks: Mapped[list[str]] = mapped_column(PortableJSON, default=list)
+    # The pinned plan message (the latest planning entry, as sent) and its cost, counted when it
+    # is written: OpenAI's rendering, then the other counted formats'.
+    pinned_plan: Mapped[str | None] = mapped_column(Text)
+    plan_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    format_plan_tokens: Mapped[dict[str, int]] = mapped_column(PortableJSON, default=dict)
+    # What this task inherited from an earlier run (seed 000 §8), with the notification comment.
+    inheritance: Mapped[dict[str, Any] | None] = mapped_column(PortableJSON)
     # Hash of the creation body: a re-POST with the same uuid is idempotent only if it matches.
     create_fingerprint: Mapped[str] = mapped_column(String(64))
 
@@ -65,6 +75,11 @@ class Task(Base):
         Index(None, "task_type"),
         Index(None, "owner", "repo"),
         Index(None, "task_source", "owner", "repo", "task_type", "task_id", "user"),
+        # GET /stats (migration 0005): latest failures, running tasks, per-user counts, repo.
+        Index(None, "status", "completed_at"),
+        Index(None, "status", "started_at"),
+        Index(None, "user", "status"),
+        Index(None, "repo"),
     )
 
 
@@ -93,7 +108,7 @@ class ContextHead(Base):
 
 
 class Job(Base):
-    """Background work (condense, later final summaries and chronicles), claimed with a lease."""
+    """Background work (condense, final summaries, webhook deliveries), claimed with a lease."""
 
     __tablename__ = "jobs"
 
@@ -106,6 +121,8 @@ class Job(Base):
     max_attempts: Mapped[int] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
     result: Mapped[dict[str, Any] | None] = mapped_column(PortableJSON)
+    # What the handler needs besides the task (a webhook's name, event and task record...).
+    params: Mapped[dict[str, Any] | None] = mapped_column(PortableJSON)
     not_before: Mapped[datetime] = mapped_column(UTCDateTime())
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

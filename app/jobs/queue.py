@@ -19,9 +19,37 @@ class JobQueue:
         self.lease_s = lease_s
         self.listeners: list[Any] = []  # callables woken when a job is queued here
 
+    def new(
+        self,
+        task_uuid: str,
+        kind: str,
+        *,
+        params: dict[str, Any] | None = None,
+        max_attempts: int | None = None,
+        thread_id: int = 0,
+    ) -> Job:
+        """A queued job, to add to a session (so it commits with the change that caused it);
+        call ``notify`` after the commit."""
+        now = datetime.now(UTC)
+        return Job(
+            task_uuid=task_uuid,
+            thread_id=thread_id,
+            kind=kind,
+            status="queued",
+            attempts=0,
+            max_attempts=max_attempts or self.max_attempts,
+            params=params,
+            not_before=now,
+            created_at=now,
+        )
+
+    def notify(self) -> None:
+        """Wake the runners of this process: a job was queued."""
+        for wake in self.listeners:
+            wake()
+
     async def enqueue_once(self, task_uuid: str, kind: str, thread_id: int = 0) -> Job:
         """Queue a job unless one of this kind is already queued or running for the context."""
-        now = datetime.now(UTC)
         async with self.db.transaction() as session:
             existing = await session.scalar(
                 select(Job).where(
@@ -33,20 +61,20 @@ class JobQueue:
             )
             if existing is not None:
                 return existing
-            job = Job(
-                task_uuid=task_uuid,
-                thread_id=thread_id,
-                kind=kind,
-                status="queued",
-                attempts=0,
-                max_attempts=self.max_attempts,
-                not_before=now,
-                created_at=now,
-            )
+            job = self.new(task_uuid, kind, thread_id=thread_id)
             session.add(job)
-        for wake in self.listeners:
-            wake()
+        self.notify()
         return job
+
+    async def latest(self, task_uuid: str, kind: str) -> Job | None:
+        """The newest job of this kind for the task."""
+        async with self.db.reader() as session:
+            return await session.scalar(
+                select(Job)
+                .where(Job.task_uuid == task_uuid, Job.kind == kind)
+                .order_by(Job.id.desc())
+                .limit(1)
+            )
 
     async def get(self, job_id: int) -> Job:
         async with self.db.reader() as session:

@@ -15,6 +15,7 @@ from typing import Any
 from app.db.models import Job
 from app.errors import Conflict, NotFound
 from app.jobs.queue import JobQueue
+from app.observability.logs import TASK_UUID
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class JobRunner:
             task.add_done_callback(self._running.discard)
 
     async def _run(self, job: Job) -> None:
+        # Lines logged by the job are about its task; _run is an asyncio task of its own, so
+        # the value lasts exactly as long as the job (and its heartbeat inherits it).
+        TASK_UUID.set(job.task_uuid)
         heartbeat = asyncio.create_task(self._heartbeat(job.id))
         try:
             result = await self.handlers[job.kind](job)

@@ -1,10 +1,11 @@
 """Appending to and paging through a journal file with its own increasing key."""
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from app.context.store import ContextStore, utc_timestamp
+from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.errors import Conflict
 from app.storage.jsonl import append_bytes, dumps_line, last_record, read_page, repair_tail
 
@@ -30,7 +31,13 @@ class JournalService:
         self.time_field = time_field
         self.max_page_bytes = max_page_bytes
 
-    async def append(self, task_uuid: str, fields: dict[str, Any]) -> dict[str, Any]:
+    async def append(
+        self,
+        task_uuid: str,
+        fields: dict[str, Any],
+        then: Callable[[LockedTask, dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> dict[str, Any]:
+        """Append a record; ``then`` runs with it while the task lock is still held."""
         async with self.store.locked(task_uuid) as locked:
             task = locked.task
             if task.status != "running":
@@ -40,7 +47,10 @@ class JournalService:
                     details={"uuid": task_uuid, "status": task.status},
                 )
             path = self.store.task_dir(task) / self.file_name
-            return await asyncio.to_thread(self._append, path, fields)
+            record = await asyncio.to_thread(self._append, path, fields)
+            if then is not None:
+                await then(locked, record)
+            return record
 
     def _append(self, path: Path, fields: dict[str, Any]) -> dict[str, Any]:
         fsync = self.store.fsync

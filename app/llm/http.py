@@ -20,6 +20,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from app.llm.base import BackendConfig, chat_messages
 from app.llm.errors import LLMBadResponse, LLMError, LLMRejected, LLMTimeout, LLMUnavailable
+from app.observability.metrics import Metrics
 
 __all__ = ["MAX_RESPONSE_BYTES", "HTTPBackend"]
 
@@ -38,9 +39,15 @@ class HTTPBackend(ABC):
     default_base_url: str = ""
 
     def __init__(
-        self, client: httpx.AsyncClient, config: BackendConfig, *, name: str = "default"
+        self,
+        client: httpx.AsyncClient,
+        config: BackendConfig,
+        *,
+        name: str = "default",
+        metrics: Metrics | None = None,
     ) -> None:
         self.name = name
+        self.metrics = metrics
         self.model = config.model
         self.window = config.window
         self._client = client
@@ -91,8 +98,12 @@ class HTTPBackend(ABC):
             text: str = await retrying(attempt)
         except LLMError as exc:
             exc.attempts = attempts
+            if self.metrics is not None:
+                self.metrics.llm_call(self.kind, time.monotonic() - started, exc)
             log.warning("%s: giving up: %s", self._label(), exc)
             raise
+        if self.metrics is not None:
+            self.metrics.llm_call(self.kind, time.monotonic() - started, None)
         log.debug(
             "%s: %d chars in %.2fs (%d attempts)",
             self._label(),

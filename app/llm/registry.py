@@ -17,6 +17,7 @@ from app.llm.base import BackendConfig, ChatBackend
 from app.llm.http import HTTPBackend
 from app.llm.ollama import OllamaBackend
 from app.llm.openai import OpenAIBackend
+from app.observability.metrics import Metrics
 
 __all__ = ["BACKEND_KINDS", "DEFAULT_BACKEND", "build_backends", "make_backend"]
 
@@ -31,22 +32,31 @@ BACKEND_KINDS: dict[str, type[HTTPBackend]] = {
 
 
 def make_backend(
-    kind: str, config: BackendConfig, client: httpx.AsyncClient, *, name: str = DEFAULT_BACKEND
+    kind: str,
+    config: BackendConfig,
+    client: httpx.AsyncClient,
+    *,
+    name: str = DEFAULT_BACKEND,
+    metrics: Metrics | None = None,
 ) -> HTTPBackend:
-    """One backend of ``kind`` (openai | ollama | anthropic)."""
+    """One backend of ``kind`` (openai | ollama | anthropic), its calls measured in ``metrics``."""
     try:
         cls = BACKEND_KINDS[kind]
     except KeyError:
         raise ValueError(f"unknown LLM backend kind {kind!r}") from None
-    return cls(client, config, name=name)
+    return cls(client, config, name=name, metrics=metrics)
 
 
-def build_backends(settings: Settings, client: httpx.AsyncClient) -> dict[str, ChatBackend]:
+def build_backends(
+    settings: Settings, client: httpx.AsyncClient, metrics: Metrics | None = None
+) -> dict[str, ChatBackend]:
     """Every configured chat backend by name; ``{}`` when only the extractive summarizer is."""
     backends: dict[str, ChatBackend] = {}
     if settings.llm_backend != "extractive":
         default = _config(settings, settings.llm_base_url, settings.llm_model, settings.llm_api_key)
-        backends[DEFAULT_BACKEND] = _make(DEFAULT_BACKEND, settings.llm_backend, default, client)
+        backends[DEFAULT_BACKEND] = _make(
+            DEFAULT_BACKEND, settings.llm_backend, default, client, metrics
+        )
     for name, entry in settings.llm_backends.items():
         config = _config(
             settings,
@@ -57,7 +67,7 @@ def build_backends(settings: Settings, client: httpx.AsyncClient) -> dict[str, C
             max_retries=entry.max_retries,
             window=entry.window,
         )
-        backends[name] = _make(name, entry.kind, config, client)
+        backends[name] = _make(name, entry.kind, config, client, metrics)
     for backend in backends.values():
         log.info("llm backend %r: %r", backend.name, backend)
     return backends
@@ -86,8 +96,14 @@ def _config(
     )
 
 
-def _make(name: str, kind: str, config: BackendConfig, client: httpx.AsyncClient) -> HTTPBackend:
+def _make(
+    name: str,
+    kind: str,
+    config: BackendConfig,
+    client: httpx.AsyncClient,
+    metrics: Metrics | None,
+) -> HTTPBackend:
     try:
-        return make_backend(kind, config, client, name=name)
+        return make_backend(kind, config, client, name=name, metrics=metrics)
     except ValueError as exc:
         raise ValueError(f"LLM backend {name!r}: {exc}") from None

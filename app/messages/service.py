@@ -6,13 +6,17 @@ from app.config import Settings
 from app.context.store import ContextStore
 from app.errors import TooLarge
 from app.messages.schemas import AppendResult, MessageBatch, MessageIn, MessagePage, MessageRecord
+from app.observability.metrics import Metrics
 from app.storage.jsonl import read_page
 
 
 class MessageService:
-    def __init__(self, store: ContextStore, settings: Settings) -> None:
+    def __init__(
+        self, store: ContextStore, settings: Settings, *, metrics: Metrics | None = None
+    ) -> None:
         self.store = store
         self.settings = settings
+        self.metrics = metrics
 
     async def append(
         self, task_uuid: str, body: MessageIn | MessageBatch, idempotency_key: str | None
@@ -28,7 +32,10 @@ class MessageService:
         response, replayed = await self.store.append(
             task_uuid, [m.fields() for m in messages], idempotency_key
         )
-        return AppendResult.model_validate(response), replayed
+        result = AppendResult.model_validate(response)
+        if self.metrics is not None and not replayed:  # committed now; a replay appends nothing
+            self.metrics.appended(len(result.seqs))
+        return result, replayed
 
     async def history(self, task_uuid: str, after_seq: int, limit: int) -> MessagePage:
         snapshot = await self.store.snapshot(task_uuid, "messages")

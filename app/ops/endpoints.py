@@ -1,13 +1,14 @@
-"""Liveness and readiness."""
+"""Liveness, readiness and Prometheus metrics."""
 
 import asyncio
 import os
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from app.api.deps import ServicesDep
+from app.observability.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["ops"])
 
@@ -35,3 +36,36 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     return JSONResponse(
         {"status": "ready" if ready else "unavailable", "checks": checks}, 200 if ready else 503
     )
+
+
+class PrometheusResponse(Response):
+    media_type = CONTENT_TYPE
+
+
+_METRICS_EXAMPLE = """\
+# HELP context_tasks Tasks by status.
+# TYPE context_tasks gauge
+context_tasks{status="running"} 3.0
+context_tasks{status="completed"} 12.0
+# HELP context_messages_appended_total Messages committed by appends.
+# TYPE context_messages_appended_total counter
+context_messages_appended_total 418.0
+"""
+
+
+@router.get(
+    "/metrics",
+    response_class=PrometheusResponse,
+    responses={
+        200: {
+            "description": "Prometheus text format (version 0.0.4)",
+            "content": {CONTENT_TYPE: {"schema": {"type": "string"}, "example": _METRICS_EXAMPLE}},
+        }
+    },
+)
+async def metrics(services: ServicesDep) -> PrometheusResponse:
+    """Prometheus metrics: request latency by route, tasks by status, job queue depth, appended
+    messages, compactions and their duration, chat backend latency and errors. Counters are
+    this process's (with several workers, the one that answers the scrape)."""
+    await services.metrics.refresh(services.db, services.runner.handlers)
+    return PrometheusResponse(services.metrics.render())

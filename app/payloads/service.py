@@ -12,6 +12,7 @@ from app.db.models import Task
 from app.errors import Conflict, TooLarge
 from app.formats import FORMATS, PayloadFormat, counting_format, provider_format
 from app.payloads.streaming import stream_lines
+from app.planning.pinning import pinned_line, with_pinned
 from app.tasks.service import TaskService, tools_tokens
 from app.tokens.counters import TextCounter
 
@@ -61,9 +62,8 @@ class PayloadService:
             max_output_tokens=snapshot.task.max_output_tokens,
             context_length=snapshot.task.context_length,
         )
-        body = stream_lines(
-            snapshot, snapshot.head.current_bytes, prefix, suffix, payload_format.renderer()
-        )
+        render = with_pinned(payload_format.renderer(), pinned_line(snapshot.task))
+        body = stream_lines(snapshot, snapshot.head.current_bytes, prefix, suffix, render)
         return PayloadStream(body=body, headers=headers)
 
     def _check_servable(self, snapshot: Snapshot, counted_as: str) -> tuple[int, dict[str, str]]:
@@ -129,7 +129,7 @@ class PayloadService:
             head.current_bytes,
             prefix,
             b"]}",
-            _ContextEntries(self._counter(task), FORMATS[name]),
+            with_pinned(_ContextEntries(self._counter(task), FORMATS[name]), pinned_line(task)),
             offload=True,
         )
 

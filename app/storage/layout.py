@@ -28,6 +28,7 @@ CURRENT = "current.jsonl"
 TOOLS = "tools.jsonl"
 PLANNING = "planning.jsonl"
 SUMMARIES = "summaries.jsonl"
+FINAL_SUMMARY = "final_summary.txt"
 
 
 def canonical_uuid(value: str) -> str:

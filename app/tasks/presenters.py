@@ -1,7 +1,16 @@
 """Task rows and heads as API answers."""
 
-from app.tasks.schemas import ContextSummary, TaskCreated, TaskKey, TaskOut, TaskStatistics
-from app.tasks.service import TaskView
+from app.db.models import Task
+from app.tasks.schemas import (
+    ContextSummary,
+    InheritanceOut,
+    InheritanceRecord,
+    TaskCreated,
+    TaskKey,
+    TaskOut,
+    TaskStatistics,
+)
+from app.tasks.views import TaskView
 
 
 def task_out(view: TaskView, cls: type[TaskOut] = TaskOut) -> TaskOut:
@@ -42,6 +51,8 @@ def task_out(view: TaskView, cls: type[TaskOut] = TaskOut) -> TaskOut:
         error_message=task.error_message,
         metadata=task.metadata_,
         inherited_from=task.inherited_from,
+        hooks=task.hooks or [],
+        pin_plan=task.pin_plan,
         statistics=TaskStatistics(
             total_messages=task.total_messages,
             llm_call_count=task.llm_call_count,
@@ -59,4 +70,22 @@ def task_out(view: TaskView, cls: type[TaskOut] = TaskOut) -> TaskOut:
 def task_created(view: TaskView) -> TaskCreated:
     created = task_out(view, TaskCreated)
     assert isinstance(created, TaskCreated)
+    created.inheritance, created.notification_comment = _inheritance(view.task)
     return created
+
+
+def inheritance_out(view: TaskView) -> InheritanceOut:
+    record, comment = _inheritance(view.task)
+    return InheritanceOut(
+        uuid=view.task.uuid,
+        inherited_from=view.task.inherited_from,
+        inheritance=record,
+        notification_comment=comment,
+    )
+
+
+def _inheritance(task: Task) -> tuple[InheritanceRecord | None, str | None]:
+    if task.inheritance is None:
+        return None, None
+    record = InheritanceRecord.model_validate(task.inheritance)
+    return record, record.notification_comment

@@ -95,6 +95,17 @@ class TaskCreate(BaseModel):
         description="A configured LLM backend, by name, for this task's summaries; "
         "'extractive' for the embedded one. Never a URL.",
     )
+    hooks: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Named webhooks configured on the server (WEBHOOKS) to call for this task's "
+        "completion, stop and failure. Never a URL.",
+    )
+    pin_plan: bool = Field(
+        False,
+        description="Keep the latest planning entry in every payload, right after the first user "
+        "message, counted in the budget: compaction never loses the current plan.",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("request_defaults")
@@ -150,15 +161,56 @@ class TaskOut(BaseModel):
     error_message: str | None
     metadata: dict[str, Any]
     inherited_from: str | None
+    hooks: list[str]
+    pin_plan: bool
     statistics: TaskStatistics
     context: ContextSummary | None = Field(
         None, description="Present on single-task answers, absent in lists."
     )
 
 
+class InheritanceRecord(BaseModel):
+    """What a task inherited at creation (seed 000 §8)."""
+
+    from_uuid: str
+    status: TaskStatus
+    completed_at: datetime | None
+    error_message: str | None
+    summary_source: Literal["final_summary", "condense_summary", "none"] = Field(
+        description="condense_summary: the final summary was still pending after the wait."
+    )
+    planning_entries: int
+    truncated: bool = Field(description="The message was cut to max_summary_tokens.")
+    tokens: int
+    max_summary_tokens: int
+    seq: int = Field(description="The inherited context message's seq.")
+    notification_comment: str
+
+
 class TaskCreated(TaskOut):
-    inheritance: dict[str, Any] | None = None
-    notification_comment: str | None = None
+    inheritance: InheritanceRecord | None = None
+    notification_comment: str | None = Field(
+        None, description="For the agent to post on the issue (previous uuid, status, time)."
+    )
+
+
+class InheritanceOut(BaseModel):
+    uuid: str
+    inherited_from: str | None
+    inheritance: InheritanceRecord | None
+    notification_comment: str | None
+
+
+class Candidate(BaseModel):
+    uuid: str
+    status: TaskStatus
+    completed_at: datetime | None
+    error_message: str | None
+    final_summary_ready: bool
+
+
+class CandidatePage(BaseModel):
+    candidates: list[Candidate] = Field(description="Newest completion first.")
 
 
 class TaskPage(BaseModel):

@@ -5,7 +5,7 @@ import hashlib
 import logging
 import shutil
 import uuid as uuid_module
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,25 +22,24 @@ from app.config import Settings
 from app.context.files import ContextFiles, write_group
 from app.context.records import ContextAccumulator, HeadState, StatsDelta
 from app.context.store import ContextStore, utc_timestamp
-from app.db.models import ContextHead, Task
-from app.errors import Conflict, InvalidInput
+from app.db.models import ContextHead, Job, Task
+from app.errors import Conflict, InvalidInput, StorageError
 from app.formats import FORMATS, native_format
+from app.inheritance.service import InheritanceService, Inherited
+from app.jobs.queue import JobQueue
 from app.storage.jsonl import fsync_dir, write_atomic
 from app.storage.layout import METADATA, STATUS_DIRS
 from app.tasks import lifecycle, repository
+from app.tasks.presenters import task_out
 from app.tasks.schemas import TaskCreate
+from app.tasks.views import TaskView
 from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.costs import in_format
+from app.webhooks.selection import EVENTS, check_chosen, hooks_for
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class TaskView:
-    task: Task
-    head: HeadState | None
-    budget: Budget
-    payload_tokens: int | None  # counted, in the task's own provider format
+INHERITED_SHARE = 2  # the inherited context message takes at most 1/INHERITED_SHARE of the budget
 
 
 def tools_tokens(task: Task, fmt: str) -> int:
@@ -50,10 +49,17 @@ def tools_tokens(task: Task, fmt: str) -> int:
 
 class TaskService:
     def __init__(
-        self, store: ContextStore, settings: Settings, backend_names: frozenset[str]
+        self,
+        store: ContextStore,
+        settings: Settings,
+        backend_names: frozenset[str],
+        jobs: JobQueue,
+        inheritance: InheritanceService,
     ) -> None:
         self.store = store
         self.settings = settings
+        self.jobs = jobs
+        self.inheritance = inheritance
         self.backend_names = backend_names | {"extractive"}
         self._fsync = settings.fsync == "always"
 
@@ -86,6 +92,8 @@ class TaskService:
     def payload_tokens(self, task: Task, head: HeadState, fmt: str) -> int:
         """Counted tokens of the payload in ``fmt`` ("openai", "anthropic" or "ollama")."""
         tokens = head.tokens(fmt) + tools_tokens(task, fmt) + PER_PAYLOAD
+        if task.pin_plan and task.pinned_plan:
+            tokens += in_format(task.plan_tokens, task.format_plan_tokens or {}, fmt)
         if head.open_tool_calls:
             counter = self.store.counting.counter(task.token_counter)
             tokens += FORMATS[fmt].open_calls_tokens(counter, len(head.open_tool_calls))
@@ -101,6 +109,7 @@ class TaskService:
                 code="unknown_backend",
                 details={"configured": sorted(self.backend_names)},
             )
+        check_chosen(self.settings.webhooks, body.hooks)
         task_uuid = str(body.uuid or uuid_module.uuid4())
         fingerprint = _fingerprint(body)
         window = body.context_length or self.settings.default_context_length
@@ -112,11 +121,19 @@ class TaskService:
                 code="no_room_for_context",
                 details={"window": window, "max_output_tokens": reserved},
             )
-        async with self.store.locks.hold(task_uuid):
-            async with self.store.db.reader() as session:
-                existing = await session.get(Task, task_uuid)
-            if existing is None:
-                return await self._create_locked(task_uuid, body, window, reserved, fingerprint)
+        async with self.store.db.reader() as session:
+            existing = await session.get(Task, task_uuid)
+        if existing is None:
+            counter_name = await asyncio.to_thread(self.store.counting.counter_name, body.model)
+            # Outside the task lock: finding what to inherit may wait for a final summary.
+            inherited = await self._inherited(body, counter_name, budget)
+            async with self.store.locks.hold(task_uuid):
+                async with self.store.db.reader() as session:
+                    existing = await session.get(Task, task_uuid)
+                if existing is None:
+                    return await self._create_locked(
+                        task_uuid, body, window, reserved, fingerprint, counter_name, inherited
+                    )
         if existing.create_fingerprint != fingerprint:
             raise Conflict(
                 f"task {task_uuid} already exists with a different body",
@@ -125,13 +142,30 @@ class TaskService:
             )
         return await self.get(task_uuid), False
 
+    async def _inherited(
+        self, body: TaskCreate, counter_name: str, budget: Budget
+    ) -> Inherited | None:
+        wanted = body.inherit if body.inherit is not None else self.settings.inheritance_enabled
+        if not wanted:
+            return None
+        counter = self.store.counting.counter(counter_name)
+        # At most half the budget: a small window keeps room for the run itself.
+        limit = min(self.settings.max_summary_tokens, budget.allowed // INHERITED_SHARE)
+        return await self.inheritance.prepare(body.task_key, body.user, counter, limit)
+
     async def _create_locked(
-        self, task_uuid: str, body: TaskCreate, window: int, reserved: int, fingerprint: str
+        self,
+        task_uuid: str,
+        body: TaskCreate,
+        window: int,
+        reserved: int,
+        fingerprint: str,
+        counter_name: str,
+        inherited: Inherited | None,
     ) -> tuple[TaskView, bool]:
         layout = self.store.layout
         now = datetime.now(UTC)
         counting = self.store.counting
-        counter_name = await asyncio.to_thread(counting.counter_name, body.model)
         tools_openai, tools_other = await asyncio.to_thread(
             counting.costs(counter_name).tools,
             [t.model_dump(exclude_none=True) for t in body.tools or []],
@@ -149,6 +183,10 @@ class TaskService:
             context_length=window,
             max_output_tokens=reserved,
             metadata_=body.metadata,
+            hooks=body.hooks,
+            pin_plan=body.pin_plan,
+            plan_tokens=0,
+            format_plan_tokens={},
             token_counter=counter_name,
             tools_tokens=tools_openai,
             format_tools_tokens=tools_other,
@@ -163,18 +201,25 @@ class TaskService:
             total_summaries=0,
         )
         staging = layout.location_dir(".staging", task_uuid)
-        head, stats = await asyncio.to_thread(self._write_initial_files, staging, task, body)
+        initial = [{"role": "system", "content": body.system_prompt}] if body.system_prompt else []
+        if inherited is not None:  # a leading system message: condense always keeps it
+            initial.append({"role": "system", "content": inherited.content})
+            task.inherited_from = inherited.record["from_uuid"]
+            task.inheritance = inherited.record | {"seq": len(initial)}
+        head, stats = await asyncio.to_thread(
+            self._write_initial_files, staging, task, body, initial
+        )
         task.total_messages = stats.messages
         async with self.store.db.transaction() as session:
             session.add(task)
             await session.flush()  # the head's foreign key needs the task row first
             session.add(ContextHead(task_uuid=task_uuid, thread_id=0, **vars(head)))
         await asyncio.to_thread(layout.move, task_uuid, ".staging", "running")
-        log.info("task %s: created", task_uuid)
+        log.info("task %s: created", task_uuid, extra={"task_uuid": task_uuid})
         return self.view(task, head), True
 
     def _write_initial_files(
-        self, directory: Path, task: Task, body: TaskCreate
+        self, directory: Path, task: Task, body: TaskCreate, initial: list[dict[str, Any]]
     ) -> tuple[HeadState, StatsDelta]:
         shutil.rmtree(directory, ignore_errors=True)  # a leftover of a crashed create
         directory.mkdir(parents=True)
@@ -207,7 +252,6 @@ class TaskService:
             fsync=self._fsync,
         )
         accumulator = ContextAccumulator(HeadState())
-        initial = [{"role": "system", "content": body.system_prompt}] if body.system_prompt else []
         record_lines, current_lines = [], []
         if initial:
             for record, line in accumulator.prepare(
@@ -260,6 +304,9 @@ class TaskService:
                         row.final_message_count = head.current_messages
                     if target == "failed":
                         row.error_message = error_message
+                    # Follow-up work commits with the transition: it survives a restart, and
+                    # it runs after the answer, so a slow LLM or a dead receiver never holds it.
+                    session.add_all(self._follow_ups(self.view(row, head), action))
                     if source_dir != target_dir:
                         # Moved inside the transaction: if the commit fails we move back; if the
                         # process dies first, startup reconciliation moves it back.
@@ -269,10 +316,45 @@ class TaskService:
                 if moved:
                     await asyncio.to_thread(layout.move, task_uuid, target_dir, source_dir)
                 raise
+            self.jobs.notify()
             log.info("task %s: %s -> %s", task_uuid, task.status, target)
             return self.view(row, head)
 
+    def _follow_ups(self, view: TaskView, action: str) -> Sequence[Job]:
+        """The jobs a transition queues: the final summary, and one delivery per webhook."""
+        task = view.task
+        jobs: list[Job] = []
+        if task.status in lifecycle.FINISHED:
+            jobs.append(self.jobs.new(task.uuid, "final_summary"))
+        event = EVENTS.get(action)
+        if event is not None:
+            names = hooks_for(self.settings.webhooks, task.hooks or [], event)
+            record = task_out(view).model_dump(mode="json") if names else {}
+            jobs += [
+                self.jobs.new(
+                    task.uuid,
+                    "webhook",
+                    params={"hook": name, "event": event, "task": record},
+                    max_attempts=self.settings.webhook_max_attempts,
+                )
+                for name in names
+            ]
+        return jobs
+
     async def delete(self, task_uuid: str) -> None:
+        try:
+            await self._delete(task_uuid)
+        except StorageError as exc:
+            if exc.code != "task_files_missing":
+                raise
+            # Removed by hand (seed 000 §14.1 cleans old directories with rm -rf): the row goes.
+            async with self.store.locks.hold(task_uuid), self.store.db.transaction() as session:
+                row = await session.get(Task, task_uuid)
+                if row is not None:
+                    await session.delete(row)
+            log.warning("task %s: deleted; its directory was already gone", task_uuid)
+
+    async def _delete(self, task_uuid: str) -> None:
         layout = self.store.layout
         async with self.store.locked(task_uuid) as locked:
             source = STATUS_DIRS[locked.task.status]
@@ -291,5 +373,8 @@ class TaskService:
 
 
 def _fingerprint(body: TaskCreate) -> str:
-    data = body.model_dump(mode="json", exclude={"uuid"})
+    # Options added since the first release count only when set, so a re-POST of a task
+    # created before them still matches its stored fingerprint.
+    later = {name for name in ("hooks", "pin_plan") if not getattr(body, name)}
+    data = body.model_dump(mode="json", exclude={"uuid", *later})
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()

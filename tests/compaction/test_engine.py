@@ -6,8 +6,6 @@ by an append (the threshold is never crossed) and every compaction is the one th
 """
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
 from app.main import create_app
 from tests.api.helpers import assert_error, read_jsonl, task_dir
-from tests.conftest import task_body
+from tests.conftest import running_app, task_body
 from tests.support_schemas import assert_tool_pairing
 
 
@@ -283,23 +281,13 @@ async def test_condense_skips_too_few_messages(
     assert (await statistics(client, uuid))["statistics"]["compression_count"] == 0
 
 
-@asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """An app on these settings, with a client; stopped on exit."""
-    application = create_app(settings)
-    async with LifespanManager(application) as manager:
-        transport = httpx.ASGITransport(app=manager.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-            yield http
-
-
 async def test_condense_skips_recently_condensed(context_dir: Path) -> None:
     """With the newest summary in the kept tail, condense skips: recently_condensed.
 
     Right after a condense the summary is never in the last KEEP_RECENT messages (it keeps at
     least that many after it); it is once the service restarts with a larger KEEP_RECENT.
     """
-    async with running(
+    async with running_app(
         Settings(context_dir=context_dir, fsync="never", token_counter="heuristic")
     ) as client:
         uuid = await new_task(client)
@@ -309,7 +297,7 @@ async def test_condense_skips_recently_condensed(context_dir: Path) -> None:
     wider = Settings(
         context_dir=context_dir, fsync="never", keep_recent=6, token_counter="heuristic"
     )
-    async with running(wider) as client:
+    async with running_app(wider) as client:
         messages_file = task_dir(context_dir, uuid) / "messages.jsonl"
         written = messages_file.read_bytes()
         outcome = await compress(client, uuid, "condense")

@@ -5,17 +5,15 @@ job failed with the error, and GET /request still serves a payload within the bu
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.config import Settings
-from app.main import create_app
+from tests.conftest import running_app as running_app
 from tests.conftest import task_body
 from tests.fakes import llm_server
 from tests.fakes.llm_server import Behaviour, FakeLLM
@@ -50,15 +48,6 @@ def llm_settings(context_dir: Path, fake: FakeLLM, kind: str = "openai", **extra
         "token_counter": "heuristic",  # the tests size their contexts by characters / 4
     }
     return Settings(**(values | extra))
-
-
-@asynccontextmanager
-async def service(settings: Settings) -> AsyncIterator[Client]:
-    application = create_app(settings)
-    async with LifespanManager(application) as manager:
-        transport = httpx.ASGITransport(app=manager.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            yield client
 
 
 async def new_task(client: Client, window: int = 4000) -> str:
@@ -138,7 +127,7 @@ async def test_each_wire_format_summarises(
 ) -> None:
     """A condense through each backend kind puts the LLM's summary in the context."""
     fake_llm.set("ok", text="Summary from the fake model: src/mod_3.py was edited.")
-    async with service(llm_settings(context_dir, fake_llm, kind)) as client:
+    async with running_app(llm_settings(context_dir, fake_llm, kind)) as client:
         uuid = await new_task(client, window=100_000)
         await fill(client, uuid, 12, size=100)
         outcome = (await client.post(f"/tasks/{uuid}/compress", json={})).json()
@@ -159,7 +148,7 @@ async def test_a_failing_summariser_fails_the_job_and_request_still_fits(
     still serves a payload within budget, by truncation."""
     fake_llm.set(behaviour)
     settings = llm_settings(context_dir, fake_llm, llm_timeout_s=0.3)
-    async with service(settings) as client:
+    async with running_app(settings) as client:
         uuid = await new_task(client)
         await fill(client, uuid, 12)
         job = await wait_for(finished_job(client, uuid), seconds=15)
@@ -186,7 +175,7 @@ async def test_appends_do_not_wait_for_a_slow_summariser(
     """While a summariser takes seconds, appends keep being answered: all of them come back
     while the LLM request is still unanswered."""
     fake_llm.set("ok", delay=3.0)
-    async with service(llm_settings(context_dir, fake_llm, llm_timeout_s=10)) as client:
+    async with running_app(llm_settings(context_dir, fake_llm, llm_timeout_s=10)) as client:
         uuid = await new_task(client)
         await fill(client, uuid, 12)
         await wait_for(lambda: _returns(bool(fake_llm.requests)))
@@ -218,14 +207,14 @@ async def test_a_job_running_when_the_process_stopped_resumes_after_restart(
     the job is queued again and completes."""
     fake_llm.set("hang")
     settings = llm_settings(context_dir, fake_llm, llm_timeout_s=30, job_lease_s=0.5)
-    async with service(settings) as client:
+    async with running_app(settings) as client:
         uuid = await new_task(client)
         await fill(client, uuid, 12)
         await wait_for(lambda: _returns(bool(fake_llm.requests)))
         assert [j["status"] for j in await jobs_of(client, uuid)()] == ["running"]
     fake_llm.set("ok", text="Resumed summary.")
     await asyncio.sleep(0.6)  # the dead process's lease runs out
-    async with service(settings) as client:
+    async with running_app(settings) as client:
         job = await wait_for(finished_job(client, uuid), seconds=15)
         assert job["status"] == "succeeded", job
         assert job["attempts"] == 2
@@ -239,7 +228,7 @@ async def test_a_task_picks_its_summariser_by_name_only(
 ) -> None:
     """With an LLM configured, a task that chose "extractive" is condensed without it; an
     unknown name (or anything like a URL) is refused at creation."""
-    async with service(llm_settings(context_dir, fake_llm)) as client:
+    async with running_app(llm_settings(context_dir, fake_llm)) as client:
         for name in ("nope", "http://127.0.0.1:9/v1"):
             body = task_body(model="m", summary_backend=name)
             refused = await client.post("/tasks", json=body)
@@ -266,7 +255,7 @@ async def test_a_span_larger_than_the_summariser_window_is_summarised_in_chunks(
     and one more call combines their summaries."""
     fake_llm.set("ok", text="Part summary.")
     settings = llm_settings(context_dir, fake_llm, llm_window=1500, summary_max_tokens=200)
-    async with service(settings) as client:
+    async with running_app(settings) as client:
         uuid = await new_task(client, window=100_000)
         await fill(client, uuid, 14)
         response = await client.post(f"/tasks/{uuid}/compress", json={})
@@ -286,7 +275,7 @@ async def test_a_prompt_with_messages_gets_them_inline(
 ) -> None:
     """Seed 001 §7.3: a prompt containing {messages} receives them as [ROLE]: content lines."""
     settings = llm_settings(context_dir, fake_llm, condense_prompt="Sum up:\n{messages}\nDone.")
-    async with service(settings) as client:
+    async with running_app(settings) as client:
         uuid = await new_task(client, window=100_000)
         await fill(client, uuid, 12)
         response = await client.post(f"/tasks/{uuid}/compress", json={})

@@ -28,7 +28,6 @@ Tests use the fixture with ``from tests.fakes.llm_server import fake_llm  # noqa
 import asyncio
 import contextlib
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -36,11 +35,12 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.fakes.threaded import serve_in_thread
 
 __all__ = ["Behaviour", "FakeLLM", "RecordedRequest", "fake_llm", "running_fake_llm"]
 
@@ -49,8 +49,6 @@ Behaviour = Literal["ok", "error", "flaky", "reject", "empty", "garbage", "hang"
 OPENAI_PATH = "/v1/chat/completions"
 OLLAMA_PATH = "/api/chat"
 ANTHROPIC_PATH = "/v1/messages"
-START_TIMEOUT_S = 5.0
-STOP_TIMEOUT_S = 5
 _POLL_S = 0.02
 
 
@@ -235,37 +233,9 @@ def running_fake_llm() -> Iterator[FakeLLM]:
     fake = FakeLLM()
     routes = [Route(p, fake.handle, methods=["POST"]) for p in (OPENAI_PATH, OLLAMA_PATH)]
     routes.append(Route(ANTHROPIC_PATH, fake.handle, methods=["POST"]))
-    config = uvicorn.Config(
-        Starlette(routes=routes),
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        loop="asyncio",
-        timeout_graceful_shutdown=STOP_TIMEOUT_S,
-    )
-    server = uvicorn.Server(config)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    fake.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="fake-llm", daemon=True
-    )
-    thread.start()
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the fake LLM server did not start")
-            time.sleep(0.01)
+    with serve_in_thread(Starlette(routes=routes), "fake-llm", fake._stopping.set) as base_url:
+        fake.base_url = base_url
         yield fake
-    finally:
-        fake._stopping.set()
-        server.should_exit = True
-        thread.join(STOP_TIMEOUT_S + 1)
-        sock.close()
-        if thread.is_alive():
-            raise RuntimeError("the fake LLM server did not stop")
 
 
 _shared: dict[str, FakeLLM] = {}

@@ -1,0 +1,33 @@
+"""/tasks/{uuid}/final-summary."""
+
+from fastapi import APIRouter, Response, status
+
+from app.api.deps import ServicesDep, TaskUUID
+from app.api.errors import ERROR_RESPONSES
+from app.final_summaries.schemas import FinalSummaryOut
+from app.jobs.schemas import JobOut
+
+router = APIRouter(prefix="/tasks/{uuid}", tags=["lifecycle"], responses=ERROR_RESPONSES)
+
+
+@router.get(
+    "/final-summary",
+    response_model=FinalSummaryOut,
+    responses={202: {"model": FinalSummaryOut, "description": "Pending: its job is under way"}},
+)
+async def get_final_summary(
+    uuid: TaskUUID, services: ServicesDep, response: Response
+) -> FinalSummaryOut:
+    """The summary a completed or failed task left behind (409 while it is not finished)."""
+    found = await services.final_summaries.get(uuid)
+    if found.status == "pending":
+        response.status_code = status.HTTP_202_ACCEPTED
+    job = found.job
+    summarizer = (job.result or {}).get("summarizer") if job is not None else None
+    return FinalSummaryOut(
+        uuid=uuid,
+        status=found.status,
+        summary=found.text,
+        summarizer=summarizer if found.text is not None else None,
+        job=JobOut.model_validate(job) if job is not None else None,
+    )

@@ -1,0 +1,56 @@
+"""/inheritance/candidates and /tasks/{uuid}/inheritance (seed 000 §8)."""
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import ServicesDep, TaskUUID
+from app.api.errors import ERROR_RESPONSES
+from app.storage.layout import FINAL_SUMMARY
+from app.tasks.presenters import inheritance_out
+from app.tasks.schemas import Candidate, CandidatePage, InheritanceOut, TaskKey
+
+router = APIRouter(tags=["lifecycle"], responses=ERROR_RESPONSES)
+
+
+@router.get("/inheritance/candidates", response_model=CandidatePage)
+async def inheritance_candidates(
+    services: ServicesDep,
+    task_source: str,
+    owner: str,
+    repo: str,
+    task_type: str,
+    task_id: str,
+    user: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> CandidatePage:
+    """The finished runs a new task with this key and user would inherit from, newest first
+    (the first one is chosen)."""
+    key = TaskKey(
+        task_source=task_source, owner=owner, repo=repo, task_type=task_type, task_id=task_id
+    )
+    tasks = await services.inheritance.candidates(key, user, limit)
+    layout = services.store.layout
+
+    def ready() -> list[bool]:
+        return [(layout.task_dir(t.status, t.uuid) / FINAL_SUMMARY).is_file() for t in tasks]
+
+    return CandidatePage(
+        candidates=[
+            Candidate(
+                uuid=task.uuid,
+                status=task.status,
+                completed_at=task.completed_at,
+                error_message=task.error_message,
+                final_summary_ready=has_summary,
+            )
+            for task, has_summary in zip(tasks, await asyncio.to_thread(ready), strict=True)
+        ]
+    )
+
+
+@router.get("/tasks/{uuid}/inheritance", response_model=InheritanceOut)
+async def task_inheritance(uuid: TaskUUID, services: ServicesDep) -> InheritanceOut:
+    """What the task inherited at creation, with the notification comment (nulls if nothing)."""
+    return inheritance_out(await services.tasks.get(uuid))

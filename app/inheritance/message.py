@@ -1,0 +1,152 @@
+"""The inherited context message and the notification comment (seed 000 §8.4, §8.5). Pure."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from app.tokens.cutting import cut
+
+HEADER = "[Context inherited from a previous run of this task]"
+CONTINUE = (
+    "Continue the task from where the previous run left off: build on the work above, do not "
+    "repeat what was already done, and address what remained or went wrong."
+)
+SOURCE_NOTES = {
+    "final_summary": "",
+    "condense_summary": "The previous run's final summary was not ready in time: below is the "
+    "latest summary of its context instead.",
+    "none": "No summary of the previous run is available.",
+}
+CUT_NOTE = "[Inherited context cut to fit {limit} tokens: {what}.]"
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The earlier run being inherited from, and what it left behind."""
+
+    uuid: str
+    status: str
+    completed_at: datetime | None
+    error_message: str | None
+    summary: str | None
+    summary_source: str  # final_summary | condense_summary | none
+    planning: list[dict[str, Any]]  # the latest entries, oldest first
+    planning_dropped: int  # older entries left out before formatting
+
+
+def brief(error: str | None, limit: int = 300) -> str:
+    """An error message's first line, at most ``limit`` characters (a traceback can be long;
+    the final summary has the rest)."""
+    lines = (error or "").strip().splitlines()
+    if not lines:
+        return "(none given)"
+    first = lines[0]
+    return first if len(first) <= limit and len(lines) == 1 else first[:limit] + " [...]"
+
+
+def when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "unknown time"
+
+
+def planning_entry(entry: dict[str, Any]) -> str:
+    """Seed 000 §8.10: an entry with its time, type and content."""
+    content = entry.get("plan_content")
+    if not isinstance(content, str):
+        content = orjson.dumps(content, option=orjson.OPT_INDENT_2).decode()
+    return f"- [{entry.get('created_at', '')}] {entry.get('plan_type', '')}:\n{content}"
+
+
+def latest_entries(count: Callable[[str], int], entries: list[str], room: int) -> list[str]:
+    """The latest whole entries within ``room`` tokens; if not even the last one fits, its
+    beginning."""
+    kept: list[str] = []
+    for entry in reversed(entries):
+        if count("\n".join([entry, *kept])) > room:
+            break
+        kept.insert(0, entry)
+    if not kept and entries:
+        kept = [cut(count, entries[-1], room)] if room > 0 else []
+    return kept
+
+
+def inherited_message(
+    previous: Previous, limit: int, count: Callable[[str], int]
+) -> tuple[str, dict[str, Any]]:
+    """The initial context message, at most ``limit`` tokens, and what it holds.
+
+    When summary and planning do not both fit, the planning history keeps its latest whole
+    entries (in at least a third of the room, or what the summary leaves) and the summary its
+    beginning.
+    """
+    opening = [
+        HEADER,
+        f"Previous run: task {previous.uuid}, {previous.status} at {when(previous.completed_at)}.",
+    ]
+    if previous.status == "failed":
+        opening.append(f"It failed with this error: {brief(previous.error_message)}")
+    if SOURCE_NOTES[previous.summary_source]:
+        opening.append(SOURCE_NOTES[previous.summary_source])
+
+    def compose(summary: str, planning: list[str], cuts: list[str]) -> str:
+        parts = ["\n".join(opening)]
+        if summary:
+            parts.append(f"## Summary of the previous run\n{summary}")
+        if planning:
+            parts.append("## Planning history\n" + "\n".join(planning))
+        if cuts:
+            parts.append(CUT_NOTE.format(limit=limit, what="; ".join(cuts)))
+        parts.append(CONTINUE)
+        return "\n\n".join(parts)
+
+    summary = previous.summary or ""
+    entries = [planning_entry(entry) for entry in previous.planning]
+    planning = entries
+    cuts = [f"{previous.planning_dropped} older planning entries left out"]
+    cuts = cuts if previous.planning_dropped else []
+    text = compose(summary, planning, cuts)
+    if count(text) > limit:
+        all_cuts = [*cuts, "the summary's end", "older planning history"]
+        room = limit - count(compose("x", ["x"], all_cuts))
+        summary_tokens, planning_tokens = count(summary), count("\n".join(entries))
+        planning_room = min(planning_tokens, max(room // 3, room - summary_tokens))
+        planning = latest_entries(count, entries, planning_room)
+        summary = cut(count, summary, max(room - count("\n".join(planning)), 0))
+        for _ in range(8):  # counts of joined text differ slightly from sums: trim the rest
+            cuts = [*cuts[:1]] if previous.planning_dropped else []
+            cuts += ["the summary's end"] if summary != (previous.summary or "") else []
+            cuts += ["older planning history"] if planning != entries else []
+            text = compose(summary, planning, cuts)
+            over = count(text) - limit
+            if over <= 0:
+                break
+            if summary:
+                summary = cut(count, summary, max(count(summary) - over - 1, 0))
+            else:
+                planning = latest_entries(count, planning[1:], count("\n".join(planning)))
+    text = cut(count, text, limit)  # the guarantee, should the headings alone be too long
+    return text, {
+        "summary_source": previous.summary_source,
+        "planning_entries": len(previous.planning) + previous.planning_dropped,
+        "truncated": bool(cuts),
+        "tokens": count(text),
+    }
+
+
+def notification_comment(previous: Previous) -> str:
+    """Seed 000 §8.5: for the agent to post on the issue."""
+    lines = [
+        f"Continuing from a previous run of this task: {previous.uuid} ({previous.status}, "
+        f"finished {when(previous.completed_at)}).",
+        "Its final summary and planning history were carried into this run's context.",
+    ]
+    if previous.summary_source == "condense_summary":
+        lines[1] = "Its latest context summary (the final one was not ready) and planning "
+        lines[1] += "history were carried into this run's context."
+    elif previous.summary_source == "none":
+        lines[1] = "No summary of it was available; its planning history was carried over."
+    if previous.status == "failed" and previous.error_message:
+        lines.append(f"The previous run failed: {brief(previous.error_message)}")
+    return "\n".join(lines)

@@ -1,0 +1,151 @@
+"""Finding the earlier run of a task and reading what it left behind (seed 000 §8.2-§8.9)."""
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sqlalchemy import select
+
+from app.context.store import ContextStore
+from app.db.models import Task
+from app.errors import NotFound, StorageError
+from app.final_summaries.service import KIND as FINAL_SUMMARY
+from app.final_summaries.service import read_final_summary
+from app.inheritance.message import Previous, inherited_message, notification_comment
+from app.jobs.queue import ACTIVE, JobQueue
+from app.storage.jsonl import iter_lines
+from app.storage.layout import PLANNING, SUMMARIES
+from app.tasks.lifecycle import FINISHED
+from app.tasks.schemas import TaskKey
+from app.tokens.counters import TextCounter
+
+_POLL_S = 0.2
+_TRIES = 5  # earlier runs tried, newest first, when one's files cannot be read
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Inherited:
+    """The initial context message for a new task, and the record kept of it."""
+
+    content: str
+    record: dict[str, Any]  # tasks.inheritance
+
+
+class InheritanceService:
+    def __init__(self, store: ContextStore, jobs: JobQueue, *, wait_s: float) -> None:
+        self.store = store
+        self.jobs = jobs
+        self.wait_s = wait_s
+
+    async def candidates(self, key: TaskKey, user: str | None, limit: int) -> list[Task]:
+        """Finished tasks with this key and user, newest completion first."""
+        query = select(Task).where(
+            *(getattr(Task, name) == value for name, value in key.model_dump().items()),
+            Task.user.is_(None) if user is None else Task.user == user,
+            Task.status.in_(FINISHED),
+        )
+        query = query.order_by(Task.completed_at.desc(), Task.uuid.desc()).limit(limit)
+        async with self.store.db.reader() as session:
+            return list(await session.scalars(query))
+
+    async def prepare(
+        self, key: TaskKey, user: str | None, counter: TextCounter, limit: int
+    ) -> Inherited | None:
+        """The message (at most ``limit`` tokens) that carries the newest earlier run whose
+        files can be read into a new one, if there is one."""
+        for task in await self.candidates(key, user, limit=_TRIES):
+            try:
+                previous = await self._read(task, limit)
+            except (NotFound, StorageError, OSError) as exc:  # deleted, cleaned up, removed
+                log.warning("task %s: cannot be inherited from: %s", task.uuid, exc)
+                continue
+            content, facts = await asyncio.to_thread(
+                inherited_message, previous, limit, counter.count_text
+            )
+            completed = previous.completed_at.isoformat() if previous.completed_at else None
+            record = {
+                "from_uuid": previous.uuid,
+                "status": previous.status,
+                "completed_at": completed,
+                "error_message": previous.error_message,
+                **facts,
+                "max_summary_tokens": limit,
+                "notification_comment": notification_comment(previous),
+            }
+            return Inherited(content=content, record=record)
+        return None
+
+    async def _read(self, task: Task, limit: int) -> Previous:
+        summary, source = await self._summary(task.uuid)
+        room = limit * 8  # characters: more planning than could ever fit
+        # Under the lock: a delete or cleanup cannot take the files away while they are read.
+        async with self.store.locked(task.uuid) as locked:
+            path = self.store.task_dir(locked.task) / PLANNING
+            entries, dropped = await asyncio.to_thread(_latest_planning, path, room)
+        return Previous(
+            uuid=task.uuid,
+            status=task.status,
+            completed_at=task.completed_at,
+            error_message=task.error_message,
+            summary=summary,
+            summary_source=source,
+            planning=entries,
+            planning_dropped=dropped,
+        )
+
+    async def _summary(self, task_uuid: str) -> tuple[str | None, str]:
+        """The final summary; while its job is under way, wait up to ``wait_s`` for it, then
+        fall back to the latest condense summary."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            async with self.store.locked(task_uuid) as locked:
+                directory = self.store.task_dir(locked.task)
+                text = await asyncio.to_thread(read_final_summary, directory)
+                if text is not None:
+                    return text, "final_summary"
+                job = await self.jobs.latest(task_uuid, FINAL_SUMMARY)
+                if job is None or job.status not in ACTIVE or time.monotonic() >= deadline:
+                    condensed = await asyncio.to_thread(_latest_condense, directory / SUMMARIES)
+                    return (condensed, "condense_summary") if condensed else (None, "none")
+            await asyncio.sleep(_POLL_S)
+
+
+def _latest_planning(path: Path, room: int) -> tuple[list[dict[str, Any]], int]:
+    """The latest planning entries whose text fits ``room`` characters, and how many older ones
+    were left out (streamed: a long history is never held whole)."""
+    kept: deque[tuple[dict[str, Any], int]] = deque()
+    size = dropped = 0
+    if not path.exists():
+        return [], 0
+    for _, line in iter_lines(path):
+        try:
+            entry: dict[str, Any] = orjson.loads(line)
+        except orjson.JSONDecodeError:  # a torn last line of a crashed append
+            continue
+        kept.append((entry, len(line)))
+        size += len(line)
+        while size > room and len(kept) > 1:
+            size -= kept.popleft()[1]
+            dropped += 1
+    return [entry for entry, _ in kept], dropped
+
+
+def _latest_condense(path: Path) -> str | None:
+    latest = None
+    if not path.exists():
+        return None
+    for _, line in iter_lines(path):
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if record.get("kind") == "condense":
+            latest = record.get("summary")
+    return latest

@@ -1,0 +1,1 @@
+"""Operators' housekeeping: removal of finished tasks older than a cutoff (SPEC §10)."""

@@ -1,0 +1,21 @@
+"""/maintenance/cleanup."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from app.api.deps import ServicesDep
+from app.api.errors import ERROR_RESPONSES
+from app.maintenance.schemas import CleanupBody, CleanupReport
+
+router = APIRouter(prefix="/maintenance", tags=["maintenance"], responses=ERROR_RESPONSES)
+
+
+@router.post("/cleanup", response_model=CleanupReport)
+async def cleanup(
+    services: ServicesDep, body: Annotated[CleanupBody | None, Body()] = None
+) -> CleanupReport:
+    """Remove completed and failed tasks finished more than `older_than_days` days ago (default
+    CLEANUP_DAYS): row, jobs, idempotency keys and directory. `dry_run` only reports them."""
+    body = body or CleanupBody()
+    return await services.maintenance.cleanup(body.older_than_days, dry_run=body.dry_run)

@@ -1,0 +1,67 @@
+"""Background rounds of work in a service process: the periodic cleanup."""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+
+from app.config import Settings
+from app.maintenance.service import MaintenanceService
+
+log = logging.getLogger(__name__)
+
+# How long shutdown waits for a round to reach a stopping point before cancelling it.
+STOP_GRACE_S = 10.0
+
+# A round's work; it should return soon after the event it is given is set.
+Action = Callable[[asyncio.Event], Awaitable[object]]
+
+
+class Periodic:
+    """Runs ``action`` at once and then every ``interval_s`` until stopped; a round that fails
+    is logged and the next one still comes."""
+
+    def __init__(self, name: str, interval_s: float, action: Action) -> None:
+        self.name = name
+        self.interval_s = interval_s
+        self.action = action
+        self._stopping = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.create_task(self._run_forever(), name=self.name)
+
+    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Let the current round end at its next stopping point (cancelled after ``grace_s``)."""
+        self._stopping.set()
+        if self._loop is None:
+            return
+        with suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._loop), grace_s)
+        self._loop.cancel()
+        with suppress(asyncio.CancelledError):
+            await self._loop
+
+    async def _run_forever(self) -> None:
+        # The first round runs at startup: a service restarted more often than the interval
+        # would otherwise never get to it.
+        while not self._stopping.is_set():
+            try:
+                await self.action(self._stopping)
+            except Exception:
+                log.exception("%s failed; next round in %ss", self.name, self.interval_s)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval_s)
+
+
+def start_periodic_cleanup(maintenance: MaintenanceService, settings: Settings) -> Periodic | None:
+    """Start the cleanup every CLEANUP_INTERVAL_S; None when CLEANUP_DAYS is 0 (off)."""
+    if settings.cleanup_days == 0:
+        return None
+
+    async def cleanup(stop: asyncio.Event) -> None:
+        await maintenance.cleanup(stop=stop)
+
+    periodic = Periodic("periodic cleanup", settings.cleanup_interval_s, cleanup)
+    periodic.start()
+    return periodic

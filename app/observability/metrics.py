@@ -1,0 +1,160 @@
+"""Prometheus metrics (SPEC §10), served as text by ``GET /metrics``.
+
+One :class:`Metrics` per app, with its own registry: nothing is registered globally, so several
+apps in one process (the tests) never mix their samples. Counters and histograms are moved by
+the code they measure; the gauges that describe the database (tasks by status, the job queue)
+are filled by :meth:`Metrics.refresh` at scrape time. With several uvicorn workers, each
+process counts its own requests: a scrape sees the worker that answered it.
+"""
+
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Concatenate, ParamSpec, Protocol, TypeVar, get_args
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from sqlalchemy import func, select
+
+from app.db.engine import Database
+from app.db.models import Job, Task
+from app.jobs.queue import ACTIVE
+from app.tasks.schemas import TaskStatus
+
+__all__ = ["CONTENT_TYPE", "Metrics", "timed_compaction"]
+
+# The classic text format: every Prometheus version reads it (prometheus-client's own
+# CONTENT_TYPE_LATEST moved to 1.0.0, which older servers do not negotiate).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_SLOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Metrics:
+    """The service's metrics and their registry; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.http_seconds = Histogram(
+            "context_http_request_duration_seconds",
+            "HTTP request latency, until the last byte of the response is sent.",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.tasks = Gauge("context_tasks", "Tasks by status.", ["status"], registry=r)
+        self.jobs = Gauge(
+            "context_jobs",
+            "Background jobs queued or running, by kind.",
+            ["kind", "status"],
+            registry=r,
+        )
+        self.messages = Counter(
+            "context_messages_appended", "Messages committed by appends.", registry=r
+        )
+        self.compactions = Counter(
+            "context_compactions",
+            "Compaction operations by outcome: condense, truncation, elision, skipped, failed.",
+            ["kind"],
+            registry=r,
+        )
+        self.compaction_seconds = Histogram(
+            "context_compaction_duration_seconds",
+            "Duration of a compaction operation (a condense includes the summariser's call).",
+            ["kind"],
+            buckets=_SLOW_BUCKETS,
+            registry=r,
+        )
+        self.llm_seconds = Histogram(
+            "context_llm_call_duration_seconds",
+            "Duration of a chat backend call, retries included, whether it succeeded or not.",
+            ["backend_kind"],
+            buckets=_SLOW_BUCKETS,
+            registry=r,
+        )
+        self.llm_errors = Counter(
+            "context_llm_errors",
+            "Chat backend calls that failed (after their retries), by error class.",
+            ["backend_kind", "error"],
+            registry=r,
+        )
+
+    # -- moved by the code it measures ----------------------------------------------------
+
+    def request(self, method: str, route: str, status: int, seconds: float) -> None:
+        # Arbitrary methods would make arbitrary series.
+        method = method if method in _METHODS else "OTHER"
+        self.http_seconds.labels(method, route, str(status)).observe(seconds)
+
+    def appended(self, messages: int) -> None:
+        self.messages.inc(messages)
+
+    def compaction(self, kind: str, seconds: float) -> None:
+        self.compactions.labels(kind).inc()
+        self.compaction_seconds.labels(kind).observe(seconds)
+
+    def llm_call(self, backend_kind: str, seconds: float, error: Exception | None) -> None:
+        self.llm_seconds.labels(backend_kind).observe(seconds)
+        if error is not None:
+            self.llm_errors.labels(backend_kind, type(error).__name__).inc()
+
+    # -- read at scrape time --------------------------------------------------------------
+
+    async def refresh(self, db: Database, job_kinds: Iterable[str]) -> None:
+        """Fill the gauges from the database; known statuses and kinds show 0, not nothing."""
+        async with db.reader() as session:
+            tasks = await session.execute(select(Task.status, func.count()).group_by(Task.status))
+            task_counts = {str(status): int(n) for status, n in tasks}
+            jobs = await session.execute(
+                select(Job.kind, Job.status, func.count())
+                .where(Job.status.in_(ACTIVE))
+                .group_by(Job.kind, Job.status)
+            )
+            job_counts = {(str(kind), str(status)): int(n) for kind, status, n in jobs}
+        # No await from here on: a concurrent scrape never sees the gauges half filled.
+        self.tasks.clear()
+        for status in (*get_args(TaskStatus), *task_counts):
+            self.tasks.labels(status).set(task_counts.get(status, 0))
+        self.jobs.clear()
+        for kind in {*job_kinds, *(kind for kind, _ in job_counts)}:
+            for status in ACTIVE:
+                self.jobs.labels(kind, status).set(job_counts.get((kind, status), 0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Outcome(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+
+class _Measured(Protocol):
+    metrics: Metrics | None
+
+
+S = TypeVar("S", bound=_Measured)
+P = ParamSpec("P")
+OutcomeT = TypeVar("OutcomeT", bound=_Outcome)
+
+
+def timed_compaction(
+    method: Callable[Concatenate[S, P], Awaitable[OutcomeT]],
+) -> Callable[Concatenate[S, P], Awaitable[OutcomeT]]:
+    """Count and time a compaction method by its outcome's kind ("failed" when it raises or
+    is cancelled, e.g. a condense past the /request deadline)."""
+
+    @functools.wraps(method)
+    async def timed(self: S, /, *args: P.args, **kwargs: P.kwargs) -> OutcomeT:
+        if self.metrics is None:
+            return await method(self, *args, **kwargs)
+        started = time.perf_counter()
+        kind = "failed"
+        try:
+            outcome = await method(self, *args, **kwargs)
+            kind = outcome.kind
+            return outcome
+        finally:
+            self.metrics.compaction(kind, time.perf_counter() - started)
+
+    return timed

@@ -1,0 +1,63 @@
+"""Planning entries, and the pinned plan: the latest entry kept in every payload.
+
+With ``pin_plan``, writing an entry also stores, in the task row and under the task lock, the
+message that carries it (after the first user message of every payload, app/planning/pinning.py)
+and its cost in each counted format, so budgets include it without reading any file. The
+message is capped to a quarter of the budget: a huge plan cannot crowd out the conversation.
+"""
+
+import asyncio
+from typing import Any
+
+import orjson
+from sqlalchemy import update
+
+from app.context.store import ContextStore, LockedTask
+from app.db.models import Task
+from app.journals.service import JournalService
+from app.planning.pinning import pinned_message
+from app.tasks.service import TaskService
+from app.tokens.cutting import cut
+
+PINNED_SHARE = 4  # the pinned plan takes at most 1/PINNED_SHARE of the budget
+PINNED_HEADER = "[Current plan: planning entry {id} ({plan_type}, {created_at})]\n"
+
+
+class PlanningService:
+    def __init__(self, journal: JournalService, store: ContextStore, tasks: TaskService) -> None:
+        self.journal = journal
+        self.store = store
+        self.tasks = tasks
+
+    async def append(self, task_uuid: str, fields: dict[str, Any]) -> dict[str, Any]:
+        return await self.journal.append(task_uuid, fields, then=self._pin)
+
+    async def page(
+        self, task_uuid: str, after: int, limit: int
+    ) -> tuple[list[dict[str, Any]], bool]:
+        return await self.journal.page(task_uuid, after, limit)
+
+    async def _pin(self, locked: LockedTask, entry: dict[str, Any]) -> None:
+        task = locked.task
+        if not task.pin_plan:
+            return
+        limit = max(self.tasks.budget(task).allowed // PINNED_SHARE, 16)
+        content, (openai, others) = await asyncio.to_thread(self._message, task, entry, limit)
+        async with self.store.db.transaction() as session:
+            await session.execute(
+                update(Task)
+                .where(Task.uuid == task.uuid)
+                .values(pinned_plan=content, plan_tokens=openai, format_plan_tokens=others)
+            )
+
+    def _message(
+        self, task: Task, entry: dict[str, Any], limit: int
+    ) -> tuple[str, tuple[int, dict[str, int]]]:
+        costs = self.store.counting.costs(task.token_counter)
+        body = entry["plan_content"]
+        if not isinstance(body, str):
+            body = orjson.dumps(body, option=orjson.OPT_INDENT_2).decode()
+        content = PINNED_HEADER.format(**entry) + body
+        count = self.store.counting.counter(task.token_counter).count_text
+        content = cut(count, content, limit - 16)  # 16: the message's own overhead, and more
+        return content, costs.message(pinned_message(content))

@@ -1,0 +1,22 @@
+"""GET /stats: aggregate figures for operators (SPEC §10)."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import ServicesDep
+from app.api.errors import ERROR_RESPONSES
+from app.stats.schemas import StatsOut, StatsQuery
+
+router = APIRouter(tags=["ops"], responses=ERROR_RESPONSES)
+
+
+@router.get("/stats", response_model=StatsOut)
+async def get_stats(query: Annotated[StatsQuery, Query()], services: ServicesDep) -> StatsOut:
+    """Tasks by status and by user and status, running tasks, the latest failures, the mean
+    duration of completed tasks, token usage and call counts.
+
+    Filters combine with AND: `since` <= created_at < `until` (a bound without a zone is UTC),
+    and exact `user`, `owner`, `repo`, `task_source`. Unknown parameters are refused (422).
+    """
+    return await services.stats.stats(query.filters(), running_limit=query.running_limit)

@@ -1,0 +1,195 @@
+"""The /stats figures: four aggregate queries over the tasks table, in one read transaction.
+
+1. per status: count, token sum and mean, call sums, mean duration (seed 001 §10.2);
+2. per user and status: count (seed 001 §8.2);
+3. running tasks, newest started first, limited (§8.2);
+4. the latest failures with their errors (§8.2).
+
+Everything is summed and averaged by the database; Python only reshapes the few group rows.
+"""
+
+from dataclasses import dataclass
+from typing import Any, get_args
+
+from sqlalchemy import ColumnElement, Select, func, select
+
+from app.db.engine import Database
+from app.db.models import Task
+from app.stats.schemas import (
+    FAILURES_LIMIT,
+    RUNNING_LIMIT,
+    CallTotals,
+    Failure,
+    RunningTask,
+    RunningTasks,
+    StatsFilters,
+    StatsOut,
+    StatusCounts,
+    TokenTotals,
+    TokenUsage,
+    UserCounts,
+)
+from app.stats.sql import HALF, NARROW, QUARTER, estimated, scanned, seconds_between
+from app.tasks.schemas import TaskKey, TaskStatus
+
+STATUSES: tuple[str, ...] = get_args(TaskStatus)
+KEY_COLUMNS = (Task.task_source, Task.owner, Task.repo, Task.task_type, Task.task_id)
+
+
+AnySelect = Select[*tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class StatsQueries:
+    by_status: AnySelect
+    by_user: AnySelect
+    running: AnySelect
+    failures: AnySelect
+
+
+def _conditions(filters: StatsFilters) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if filters.since is not None:
+        conditions.append(estimated(Task.created_at >= filters.since, NARROW))
+    if filters.until is not None:
+        conditions.append(estimated(Task.created_at < filters.until, NARROW))
+    for name in ("user", "owner", "repo"):
+        value = getattr(filters, name)
+        if value is not None:
+            conditions.append(getattr(Task, name) == value)
+    if filters.task_source is not None:
+        conditions.append(estimated(Task.task_source == filters.task_source, HALF))
+    return conditions
+
+
+def build_queries(filters: StatsFilters, running_limit: int = RUNNING_LIMIT) -> StatsQueries:
+    """The statements behind /stats (also what the index-use test explains)."""
+    where = _conditions(filters)
+    duration = seconds_between(Task.started_at, Task.completed_at)
+    by_status = (
+        select(
+            Task.status,
+            func.count().label("tasks"),
+            func.coalesce(func.sum(Task.total_tokens), 0).label("tokens"),
+            func.avg(Task.total_tokens).label("average_tokens"),
+            func.coalesce(func.sum(Task.llm_call_count), 0).label("llm_calls"),
+            func.coalesce(func.sum(Task.tool_call_count), 0).label("tool_calls"),
+            func.coalesce(func.sum(Task.compression_count), 0).label("compressions"),
+            # AVG skips the NULLs of tasks that never started or finished.
+            func.avg(duration).label("duration"),
+        )
+        .where(*where)
+        .group_by(scanned(Task.status))
+    )
+    by_user = (
+        select(Task.user, Task.status, func.count().label("tasks"))
+        .where(*where)
+        .group_by(Task.user, Task.status)
+    )
+    running = (
+        select(Task.uuid, *KEY_COLUMNS, Task.user, Task.started_at)
+        .where(estimated(Task.status == "running", QUARTER), *where)
+        .order_by(Task.started_at.desc().nulls_last(), Task.uuid.desc())
+        .limit(running_limit)
+    )
+    failures = (
+        select(
+            Task.uuid,
+            *KEY_COLUMNS,
+            Task.user,
+            Task.error_message,
+            Task.created_at,
+            Task.completed_at,
+        )
+        .where(estimated(Task.status == "failed", QUARTER), *where)
+        .order_by(Task.completed_at.desc().nulls_last(), Task.uuid.desc())
+        .limit(FAILURES_LIMIT)
+    )
+    return StatsQueries(by_status, by_user, running, failures)
+
+
+def _key(row: Any) -> TaskKey:
+    return TaskKey(
+        task_source=row.task_source,
+        owner=row.owner,
+        repo=row.repo,
+        task_type=row.task_type,
+        task_id=row.task_id,
+    )
+
+
+def _float(value: Any) -> float | None:
+    """PostgreSQL answers AVG and EXTRACT with NUMERIC (Decimal); SQLite with REAL."""
+    return None if value is None else float(value)
+
+
+class StatsService:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def stats(self, filters: StatsFilters, *, running_limit: int = RUNNING_LIMIT) -> StatsOut:
+        queries = build_queries(filters, running_limit)
+        # One read transaction: the four answers describe the same snapshot.
+        async with self.db.reader() as session, session.begin():
+            groups = {row.status: row for row in await session.execute(queries.by_status)}
+            pairs = list(await session.execute(queries.by_user))
+            running = list(await session.execute(queries.running))
+            failures = list(await session.execute(queries.failures))
+
+        counts = {s: int(groups[s].tasks) if s in groups else 0 for s in STATUSES}
+        total_tasks = sum(counts.values())
+        all_tokens = sum(int(row.tokens) for row in groups.values())
+        completed = groups.get("completed")
+
+        users: dict[str | None, dict[str, int]] = {}
+        for row in pairs:
+            users.setdefault(row.user, {})[row.status] = int(row.tasks)
+        by_user = [
+            UserCounts(user=user, total=sum(c.values()), by_status=StatusCounts(**c))
+            for user, c in users.items()
+        ]
+        by_user.sort(key=lambda u: (-u.total, u.user is None, u.user or ""))
+
+        return StatsOut(
+            filters=filters,
+            total_tasks=total_tasks,
+            by_status=StatusCounts(**counts),
+            by_user=by_user,
+            running=RunningTasks(
+                total=counts["running"],
+                tasks=[
+                    RunningTask(uuid=r.uuid, task_key=_key(r), user=r.user, started_at=r.started_at)
+                    for r in running
+                ],
+            ),
+            latest_failures=[
+                Failure(
+                    uuid=r.uuid,
+                    task_key=_key(r),
+                    user=r.user,
+                    error_message=r.error_message,
+                    created_at=r.created_at,
+                    completed_at=r.completed_at,
+                )
+                for r in failures
+            ],
+            average_duration_s=_float(completed.duration if completed else None),
+            tokens=TokenTotals(
+                completed=TokenUsage(
+                    tasks=counts["completed"],
+                    total=int(completed.tokens) if completed else 0,
+                    average=_float(completed.average_tokens if completed else None),
+                ),
+                # The four status groups partition the filter: their sums are the whole.
+                all=TokenUsage(
+                    tasks=total_tasks,
+                    total=all_tokens,
+                    average=all_tokens / total_tasks if total_tasks else None,
+                ),
+            ),
+            calls=CallTotals(
+                llm_calls=sum(int(row.llm_calls) for row in groups.values()),
+                tool_calls=sum(int(row.tool_calls) for row in groups.values()),
+                compressions=sum(int(row.compressions) for row in groups.values()),
+            ),
+        )

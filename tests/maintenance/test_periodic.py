@@ -1,0 +1,111 @@
+"""The periodic cleanup: old finished tasks disappear without any call; a failed round is
+logged and the next one comes; shutdown stops it at a stopping point."""
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from app.maintenance.periodic import Periodic
+from tests.maintenance.support import (
+    assert_gone,
+    assert_present,
+    backdate,
+    make_task,
+    running_app,
+    settle,
+)
+
+INTERVAL_S = 0.1
+
+
+async def test_old_finished_task_disappears_by_itself(tmp_path: Path) -> None:
+    settings = Settings(
+        context_dir=tmp_path / "contexts",
+        database_url="",
+        cleanup_days=1,
+        cleanup_interval_s=INTERVAL_S,
+    )
+    async with running_app(settings) as client:
+        old = await make_task(client, "failed")
+        recent = await make_task(client, "completed")
+        running = await make_task(client, "running")
+        await settle(client)
+        await backdate(settings, [old, running], days=2)
+        for _ in range(200):
+            if (await client.get(f"/tasks/{old}")).status_code == 404:
+                break
+            await asyncio.sleep(INTERVAL_S / 2)
+        await assert_gone(client, settings.context_dir, old)
+        await assert_present(client, settings.context_dir, recent, "completed")
+        await assert_present(client, settings.context_dir, running, "running")
+
+
+async def test_no_periodic_cleanup_when_cleanup_days_is_0(tmp_path: Path) -> None:
+    settings = Settings(
+        context_dir=tmp_path / "contexts",
+        database_url="",
+        cleanup_days=0,
+        cleanup_interval_s=INTERVAL_S,
+    )
+    async with running_app(settings) as client:
+        old = await make_task(client, "completed")
+        await settle(client)
+        await backdate(settings, [old], days=3650)
+        await asyncio.sleep(INTERVAL_S * 10)
+        await assert_present(client, settings.context_dir, old, "completed")
+
+
+async def test_a_failed_round_is_logged_and_the_next_one_comes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="app.maintenance")
+    rounds: list[int] = []
+
+    async def flaky(stop: asyncio.Event) -> None:
+        rounds.append(len(rounds))
+        if len(rounds) == 1:
+            raise OSError("disk on fire")
+
+    periodic = Periodic("flaky work", 0.01, flaky)
+    periodic.start()
+    for _ in range(500):
+        if len(rounds) >= 3:
+            break
+        await asyncio.sleep(0.01)
+    await periodic.stop()
+    assert len(rounds) >= 3
+    done = len(rounds)
+    await asyncio.sleep(0.05)
+    assert len(rounds) == done, "a round ran after stop()"
+    failures = [r for r in caplog.records if r.name == "app.maintenance.periodic"]
+    assert len(failures) == 1
+    assert "flaky work failed" in failures[0].getMessage()
+    assert failures[0].exc_info is not None
+    assert "disk on fire" in str(failures[0].exc_info[1])
+
+
+async def test_stop_waits_for_a_stopping_point_then_cancels() -> None:
+    """A round that honours the event ends by itself; one that does not is cancelled after
+    the grace period."""
+    finished: list[str] = []
+
+    async def polite(stop: asyncio.Event) -> None:
+        await stop.wait()
+        await asyncio.sleep(0.01)  # the rest of the task in hand
+        finished.append("polite")
+
+    async def stubborn(stop: asyncio.Event) -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            finished.append("stubborn cancelled")
+
+    for action in (polite, stubborn):
+        periodic = Periodic(action.__name__, 3600, action)
+        periodic.start()
+        await asyncio.sleep(0.01)
+        await asyncio.wait_for(periodic.stop(grace_s=0.2), 5)
+    assert finished == ["polite", "stubborn cancelled"]
