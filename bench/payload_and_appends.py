@@ -10,7 +10,6 @@ numbers on a noisy machine.
 import argparse
 import asyncio
 import json
-import platform
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import httpx
 import psutil
 
 from app.formats import FORMATS
+from bench.machine import run_facts
 from bench.server import Service
 
 RESULTS = Path(__file__).parent / "results" / "payload_and_appends.json"
@@ -209,12 +209,7 @@ def main() -> None:
             appends = asyncio.run(append_rows(service, args.agents, args.per_agent))
         raw = raw_fsync_appends_per_s(Path(tmp))
     results = {
-        "machine": {
-            "cpus": psutil.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **run_facts(),
         "payload": payloads,
         "appends": appends,
         "raw_append_fsync_per_s": raw,

@@ -11,7 +11,6 @@ bench/results/stats_queries.json.
 import argparse
 import asyncio
 import json
-import platform
 import random
 import statistics
 import tempfile
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 from asgi_lifespan import LifespanManager
 from sqlalchemy import insert
 
@@ -32,6 +30,7 @@ from app.db.migrate import upgrade_to_head
 from app.db.models import Task
 from app.main import create_app
 from app.storage.layout import Layout
+from bench.machine import run_facts
 
 RESULTS = Path(__file__).parent / "results" / "stats_queries.json"
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
@@ -179,12 +178,7 @@ def main() -> None:
         populate_s = round(time.perf_counter() - started, 1)
         timings = asyncio.run(time_cases(settings, cases(rows), args.runs))
     results = {
-        "machine": {
-            "cpus": psutil.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **run_facts(),
         "tasks": args.tasks,
         "runs": args.runs,
         "populate_s": populate_s,

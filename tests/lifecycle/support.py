@@ -11,6 +11,7 @@ import httpx
 from app.config import Settings
 from tests.api.helpers import create_task
 from tests.conftest import running_app as running_app
+from tests.fakes.llm_server import FakeLLM
 
 WAIT_S = 15.0
 
@@ -24,6 +25,20 @@ def fast_settings(context_dir: Path, **extra: Any) -> Settings:
         "token_counter": "heuristic",
     }
     return Settings(**(values | extra))
+
+
+def llm_settings(context_dir: Path, fake: FakeLLM, **extra: Any) -> Settings:
+    """Fast settings with the fake LLM server as the default (OpenAI-compatible) backend."""
+    values = {"llm_backend": "openai", "llm_base_url": fake.base_url, "llm_model": "fake-model"}
+    return fast_settings(context_dir, **(values | extra))
+
+
+def turns(count: int, words: int = 400, prefix: str = "turn") -> list[dict[str, Any]]:
+    """Alternating user and assistant messages, "<prefix> <i>: x x x ..." (``words`` x's)."""
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{prefix} {i}: " + "x " * words}
+        for i in range(count)
+    ]
 
 
 async def final_summary(client: httpx.AsyncClient, uuid: str) -> dict[str, Any]:

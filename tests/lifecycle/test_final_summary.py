@@ -14,7 +14,15 @@ from app.tokens.counters import HeuristicCounter
 from tests.api.helpers import assert_error, create_task
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.lifecycle.support import fast_settings, final_summary, run_and_finish, running_app, until
+from tests.lifecycle.support import (
+    fast_settings,
+    final_summary,
+    llm_settings,
+    run_and_finish,
+    running_app,
+    turns,
+    until,
+)
 
 fake_llm = llm_server.fake_llm
 
@@ -61,20 +69,15 @@ async def test_a_chat_backend_gets_the_final_prompt_and_the_whole_history_in_chu
     context_dir: Path, fake_llm: FakeLLM
 ) -> None:
     """A history larger than the summariser's window is summarised in parts, then combined."""
-    settings = fast_settings(
+    settings = llm_settings(
         context_dir,
-        llm_backend="openai",
-        llm_base_url=fake_llm.base_url,
-        llm_model="fake-model",
+        fake_llm,
         llm_window=2048,
         llm_max_retries=0,
         final_summary_max_tokens=256,
     )
     fake_llm.set("ok", text="The parser now guards empty input; tests pass.")
-    long_turns = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: " + "x" * 1500}
-        for i in range(8)
-    ]
+    long_turns = turns(8, 750, "step")
     async with running_app(settings) as client:
         task = await run_and_finish(client, "complete", messages=long_turns)
         found = await final_summary(client, task["uuid"])
@@ -95,11 +98,9 @@ async def test_a_chat_backend_gets_the_final_prompt_and_the_whole_history_in_chu
 async def test_a_backend_that_keeps_failing_gives_way_to_the_digest_on_the_last_attempt(
     context_dir: Path, fake_llm: FakeLLM
 ) -> None:
-    settings = fast_settings(
+    settings = llm_settings(
         context_dir,
-        llm_backend="openai",
-        llm_base_url=fake_llm.base_url,
-        llm_model="fake-model",
+        fake_llm,
         llm_max_retries=0,
         job_max_attempts=2,
     )
@@ -168,24 +169,19 @@ async def test_a_condense_that_ends_after_complete_changes_nothing(
 ) -> None:
     """The summariser answers after the task completed: the condense is skipped, the final
     statistics stand."""
-    settings = fast_settings(
+    settings = llm_settings(
         context_dir,
-        llm_backend="openai",
-        llm_base_url=fake_llm.base_url,
-        llm_model="fake-model",
+        fake_llm,
         final_summary_backend="extractive",
         keep_recent=2,
         min_to_compress=2,
     )
     fake_llm.set("ok", delay=1.0)
-    turns = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "x " * 300}
-        for i in range(10)
-    ]
+    conversation = turns(10, 300)
     async with running_app(settings) as client:
         task = await create_task(client, system_prompt="You are a coding agent.")
         uuid = task["uuid"]
-        await client.post(f"/tasks/{uuid}/messages", json={"messages": turns})
+        await client.post(f"/tasks/{uuid}/messages", json={"messages": conversation})
 
         async def complete_meanwhile() -> httpx.Response:
             await until(lambda: bool(fake_llm.requests))
@@ -207,21 +203,16 @@ async def test_many_parts_are_combined_in_rounds_that_fit_the_window(
     context_dir: Path, fake_llm: FakeLLM
 ) -> None:
     window = 1024
-    settings = fast_settings(
+    settings = llm_settings(
         context_dir,
-        llm_backend="openai",
-        llm_base_url=fake_llm.base_url,
-        llm_model="fake-model",
+        fake_llm,
         llm_window=window,
         final_summary_max_tokens=100,
     )
     fake_llm.set("ok", text="part summary " * 30)  # about 100 tokens, as asked
-    turns = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: " + "y" * 1600}
-        for i in range(40)
-    ]
+    conversation = turns(40, 800, "step")
     async with running_app(settings) as client:
-        task = await run_and_finish(client, "complete", messages=turns)
+        task = await run_and_finish(client, "complete", messages=conversation)
         found = await final_summary(client, task["uuid"])
     assert found["status"] == "ready"
     counter = HeuristicCounter()

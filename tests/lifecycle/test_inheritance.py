@@ -11,7 +11,14 @@ from tests.api.helpers import create_task, key
 from tests.conftest import task_body
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.lifecycle.support import fast_settings, final_summary, run_and_finish, running_app
+from tests.lifecycle.support import (
+    fast_settings,
+    final_summary,
+    llm_settings,
+    run_and_finish,
+    running_app,
+    turns,
+)
 
 fake_llm = llm_server.fake_llm
 PLANS = ("1. Read parser.py\n2. Add a guard", "1. Guard added\n2. Run the tests")
@@ -125,24 +132,19 @@ async def test_a_pending_final_summary_falls_back_to_the_latest_condense_summary
     context_dir: Path, fake_llm: FakeLLM
 ) -> None:
     """The final summary's backend hangs: after the wait, the condense summary is used."""
-    settings = fast_settings(
+    settings = llm_settings(
         context_dir,
-        llm_backend="openai",
-        llm_base_url=fake_llm.base_url,
-        llm_model="fake-model",
+        fake_llm,
         llm_timeout_s=30.0,
         condense_backend="extractive",
         inheritance_wait_s=0.3,
     )
     fake_llm.set("hang")
-    turns = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "x " * 400}
-        for i in range(14)
-    ]
+    conversation = turns(14)
     async with running_app(settings) as client:
         created = await create_task(client, system_prompt="You are a coding agent.")
         uuid = created["uuid"]
-        await client.post(f"/tasks/{uuid}/messages", json={"messages": turns})
+        await client.post(f"/tasks/{uuid}/messages", json={"messages": conversation})
         condensed = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "condense"})
         assert condensed.json()["kind"] == "condense", condensed.text
         await client.post(f"/tasks/{uuid}/complete")
