@@ -16,13 +16,11 @@ from sqlalchemy import select
 from app.compaction.service import CompactionService
 from app.compaction.summarizer import Summarizer
 from app.config import Settings
-from app.context.records import HeadState
 from app.context.store import ContextStore
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
 from app.db.models import Job, Task
 from app.final_summaries.service import FinalSummaryService
-from app.formats import native_format
 from app.inheritance.service import InheritanceService
 from app.jobs.queue import JobQueue
 from app.jobs.runner import JobRunner
@@ -102,17 +100,7 @@ def build_services(
         outcome = await compaction.condense(job.task_uuid)
         return outcome.as_dict() | {"skipped": outcome.kind == "skipped"}
 
-    async def schedule_condense(task: Task, before: HeadState, after: HeadState) -> bool:
-        """Condense in the background when an append crosses the threshold (SPEC §6)."""
-        budget = tasks.budget(task)
-        fmt = native_format(task.llm_provider)
-        old, new = (tasks.payload_tokens(task, h, fmt) for h in (before, after))
-        if old < budget.threshold <= new or new > budget.allowed:
-            await jobs.enqueue_once(task.uuid, "condense")
-            return True
-        return False
-
-    store.after_commit = schedule_condense
+    store.after_commit = tasks.schedule_condense
 
     def journal(file_name: str, *, key: str, time_field: str) -> JournalService:
         return JournalService(

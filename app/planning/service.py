@@ -14,6 +14,7 @@ from sqlalchemy import update
 
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
+from app.formats import native_format
 from app.journals.service import JournalService
 from app.planning.pinning import pinned_message
 from app.tasks.service import TaskService
@@ -43,12 +44,15 @@ class PlanningService:
             return
         limit = max(self.tasks.budget(task).allowed // PINNED_SHARE, 16)
         content, (openai, others) = await asyncio.to_thread(self._message, task, entry, limit)
+        values = {"pinned_plan": content, "plan_tokens": openai, "format_plan_tokens": others}
         async with self.store.db.transaction() as session:
-            await session.execute(
-                update(Task)
-                .where(Task.uuid == task.uuid)
-                .values(pinned_plan=content, plan_tokens=openai, format_plan_tokens=others)
-            )
+            await session.execute(update(Task).where(Task.uuid == task.uuid).values(**values))
+        # A larger plan may take the payload over the threshold, as an append may.
+        fmt = native_format(task.llm_provider)
+        before = self.tasks.payload_tokens(task, locked.head, fmt)
+        for name, value in values.items():
+            setattr(task, name, value)  # a detached row: only this request's view changes
+        await self.tasks.schedule_condense(task, locked.head, locked.head, tokens_before=before)
 
     def _message(
         self, task: Task, entry: dict[str, Any], limit: int

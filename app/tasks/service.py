@@ -99,6 +99,20 @@ class TaskService:
             tokens += FORMATS[fmt].open_calls_tokens(counter, len(head.open_tool_calls))
         return tokens
 
+    async def schedule_condense(
+        self, task: Task, before: HeadState, after: HeadState, *, tokens_before: int | None = None
+    ) -> bool:
+        """Condense in the background when a change (an append: ``before`` -> ``after``; a new
+        pinned plan: ``tokens_before`` -> now) crosses the threshold (SPEC §6)."""
+        budget = self.budget(task)
+        fmt = native_format(task.llm_provider)
+        old = self.payload_tokens(task, before, fmt) if tokens_before is None else tokens_before
+        new = self.payload_tokens(task, after, fmt)
+        if old < budget.threshold <= new or new > budget.allowed:
+            await self.jobs.enqueue_once(task.uuid, "condense")
+            return True
+        return False
+
     # -- create ---------------------------------------------------------------------------
 
     async def create(self, body: TaskCreate) -> tuple[TaskView, bool]:

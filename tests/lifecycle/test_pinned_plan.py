@@ -146,3 +146,22 @@ async def test_without_a_user_message_the_plan_never_splits_a_tool_call(
                 result = {"role": "tool", "tool_call_id": "call_1", "content": "print(1)"}
                 response = await client.post(f"/tasks/{uuid}/messages", json=result)
                 assert response.status_code == 201, response.text
+
+
+async def test_a_plan_that_crosses_the_threshold_schedules_a_condense(context_dir: Path) -> None:
+    async with running_app(fast_settings(context_dir, job_poll_s=60.0)) as client:
+        task = await create_task(client, pin_plan=True, context_length=4096, max_output_tokens=512)
+        uuid = task["uuid"]
+        turns = [
+            {"role": "user", "content": TASK},
+            {"role": "assistant", "content": "w " * 4500},  # about 2250 tokens
+        ]
+        await client.post(f"/tasks/{uuid}/messages", json={"messages": turns})
+        context = (await client.get(f"/tasks/{uuid}")).json()["context"]
+        assert context["tokens"] < context["threshold"]
+        assert (await client.get("/jobs", params={"task_uuid": uuid})).json()["jobs"] == []
+        await add_plan(client, uuid, "initial", "p " * 1300)  # about 650 tokens
+        context = (await client.get(f"/tasks/{uuid}")).json()["context"]
+        assert context["tokens"] >= context["threshold"]
+        jobs = (await client.get("/jobs", params={"task_uuid": uuid})).json()["jobs"]
+        assert [job["kind"] for job in jobs] == ["condense"]
