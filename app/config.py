@@ -149,6 +149,14 @@ class Settings(BaseSettings):
     )
     cleanup_interval_s: float = Field(3600.0, gt=0, description="How often cleanup runs.")
 
+    # Threads (SPEC §8, seed 003 "Stelis").
+    stelis_max_depth: int = Field(
+        3, ge=1, le=16, description="Most levels of contexts, the root's included."
+    )
+    stelis_default_window_ratio: float = Field(
+        0.8, gt=0, lt=1, description="Share of its parent's window a new thread gets."
+    )
+
     # LLM backends (app/llm/). "extractive" (the default) needs no network and no chat backend.
     llm_backend: Literal["extractive", "openai", "ollama", "anthropic"] = "extractive"
     llm_base_url: str = Field("", description="Empty: the kind's usual URL (see app/llm/).")

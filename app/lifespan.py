@@ -37,6 +37,7 @@ from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks
 from app.storage.reconcile import reconcile
 from app.tasks.service import TaskService
+from app.threads.service import ThreadService
 from app.tokens.counting import TokenCounting
 from app.webhooks.service import WebhookDelivery
 
@@ -60,6 +61,7 @@ class Services:
     payloads: PayloadService
     final_summaries: FinalSummaryService
     inheritance: InheritanceService
+    threads: ThreadService
     stats: StatsService
     maintenance: MaintenanceService
 
@@ -140,6 +142,7 @@ def build_services(
         payloads=PayloadService(store, tasks, compaction),
         final_summaries=final_summaries,
         inheritance=inheritance,
+        threads=ThreadService(store, settings),
         stats=StatsService(db),
         maintenance=MaintenanceService(db, tasks, settings),
     )

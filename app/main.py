@@ -19,6 +19,7 @@ from app.payloads.endpoints import router as payloads_router
 from app.planning.endpoints import router as planning_router
 from app.stats.endpoints import router as stats_router
 from app.tasks.endpoints import router as tasks_router
+from app.threads.endpoints import router as threads_router
 from app.tools.endpoints import router as tools_router
 
 
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         planning_router,
         final_summaries_router,
         inheritance_router,
+        threads_router,
         ops_router,
         stats_router,
         maintenance_router,

@@ -135,6 +135,29 @@ class Job(Base):
     )
 
 
+class Thread(Base):
+    """A nested context of a task (seed 003's stelis_threads, scoped by task). The task's root
+    context is thread 0 and has no row."""
+
+    __tablename__ = "threads"
+
+    task_uuid: Mapped[str] = mapped_column(
+        ForeignKey("tasks.uuid", ondelete="CASCADE"), primary_key=True
+    )
+    thread_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    parent_thread_id: Mapped[int] = mapped_column(Integer)  # 0: the root context
+    depth: Mapped[int] = mapped_column(Integer)  # the root is 0, its children 1, ...
+    window_ratio: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))  # active | completed | aborted
+    label: Mapped[str | None] = mapped_column(String(255))
+    chronicle_summary: Mapped[str | None] = mapped_column(Text)
+    chronicle_prompt: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index(None, "task_uuid", "parent_thread_id"),)
+
+
 class IdempotencyKey(Base):
     __tablename__ = "idempotency_keys"
 

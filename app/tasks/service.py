@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sqlalchemy import update
 
 from app.compaction.policy import (
     Budget,
@@ -22,7 +23,7 @@ from app.config import Settings
 from app.context.files import ContextFiles, write_group
 from app.context.records import ContextAccumulator, HeadState, StatsDelta
 from app.context.store import ContextStore, utc_timestamp
-from app.db.models import ContextHead, Job, Task
+from app.db.models import ContextHead, Job, Task, Thread
 from app.errors import Conflict, InvalidInput, StorageError
 from app.formats import FORMATS, native_format
 from app.inheritance.service import InheritanceService, Inherited
@@ -318,6 +319,12 @@ class TaskService:
                         row.final_message_count = head.current_messages
                     if target == "failed":
                         row.error_message = error_message
+                    if target in lifecycle.FINISHED:  # threads end with their task
+                        await session.execute(
+                            update(Thread)
+                            .where(Thread.task_uuid == task_uuid, Thread.status == "active")
+                            .values(status="aborted", completed_at=now)
+                        )
                     # Follow-up work commits with the transition: it survives a restart, and
                     # it runs after the answer, so a slow LLM or a dead receiver never holds it.
                     session.add_all(self._follow_ups(self.view(row, head), action))

@@ -1,0 +1,1 @@
+"""Threads (seed 003, "Stelis"): nested contexts of a task, each with its share of the window."""

@@ -1,0 +1,43 @@
+"""Thread bodies and answers."""
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ThreadStatus = Literal["active", "completed", "aborted"]
+
+
+class ThreadCreate(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"parent_thread_id": 0, "label": "fix the failing test", "window_ratio": 0.8}
+            ]
+        },
+    )
+    parent_thread_id: int = Field(0, ge=0, description="0: the task's root context.")
+    label: str | None = Field(None, max_length=255)
+    window_ratio: float | None = Field(
+        None, gt=0, lt=1, description="Share of the parent's window; STELIS_DEFAULT_WINDOW_RATIO."
+    )
+    max_depth: int = Field(
+        3, ge=1, le=16, description="Most levels, the root's included (capped by STELIS_MAX_DEPTH)."
+    )
+    chronicle_prompt: str | None = Field(None, max_length=100_000)
+
+
+class ThreadOut(BaseModel):
+    thread_id: int
+    parent_thread_id: int | None = Field(description="null for the root context (thread 0).")
+    depth: int
+    window_ratio: float
+    window: int = Field(description="The task's window times the ratios down the chain.")
+    status: ThreadStatus
+    label: str | None
+    chronicle_prompt: str | None
+    chronicle_summary: str | None
+    created_at: datetime | None
+    completed_at: datetime | None
+    children: list["ThreadOut"] = Field(default_factory=list)

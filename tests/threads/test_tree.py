@@ -1,0 +1,124 @@
+"""Starting threads: seed 003's windows and depth limit, the tree, and refusals (SPEC §8)."""
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from tests.api.helpers import assert_error, create_task
+from tests.conftest import running_app, snapshot_dir
+
+
+async def start(client: httpx.AsyncClient, uuid: str, **body: Any) -> dict[str, Any]:
+    response = await client.post(f"/tasks/{uuid}/threads", json=body)
+    assert response.status_code == 201, response.text
+    thread: dict[str, Any] = response.json()
+    return thread
+
+
+def windows(node: dict[str, Any]) -> dict[int, tuple[int | None, int]]:
+    """thread_id -> (parent, window), over the whole tree."""
+    found = {node["thread_id"]: (node["parent_thread_id"], node["window"])}
+    for child in node["children"]:
+        found |= windows(child)
+    return found
+
+
+async def test_seed_003_s_example_tree(client: httpx.AsyncClient, context_dir: Path) -> None:
+    """root 100k -> child 80k -> grandchild 64k, and a sibling 80k; no fourth level."""
+    task = await create_task(client, context_length=100_000)
+    uuid = task["uuid"]
+    child = await start(client, uuid, label="autonomous run")
+    grandchild = await start(client, uuid, parent_thread_id=child["thread_id"], label="coder")
+    sibling = await start(client, uuid, label="another task", window_ratio=0.8)
+    assert (child["window"], grandchild["window"], sibling["window"]) == (80_000, 64_000, 80_000)
+    assert (child["depth"], grandchild["depth"], sibling["depth"]) == (1, 2, 1)
+    assert child["status"] == "active"
+    assert child["label"] == "autonomous run"
+
+    before = snapshot_dir(context_dir)
+    tree_before = (await client.get(f"/tasks/{uuid}/threads")).json()
+    response = await client.post(
+        f"/tasks/{uuid}/threads", json={"parent_thread_id": grandchild["thread_id"]}
+    )
+    details = assert_error(response, 409, "thread_depth_exceeded")
+    assert details == {"depth": 3, "max_depth": 3}
+    assert snapshot_dir(context_dir) == before
+    tree = (await client.get(f"/tasks/{uuid}/threads")).json()
+    assert tree == tree_before
+    assert tree["thread_id"] == 0
+    assert windows(tree) == {
+        0: (None, 100_000),
+        child["thread_id"]: (0, 80_000),
+        grandchild["thread_id"]: (child["thread_id"], 64_000),
+        sibling["thread_id"]: (0, 80_000),
+    }
+    assert [c["thread_id"] for c in tree["children"]] == [child["thread_id"], sibling["thread_id"]]
+
+
+async def test_ratios_multiply_down_the_chain(client: httpx.AsyncClient) -> None:
+    task = await create_task(client, context_length=128_000)
+    uuid = task["uuid"]
+    half = await start(client, uuid, window_ratio=0.5)
+    under = await start(client, uuid, parent_thread_id=half["thread_id"], window_ratio=0.3)
+    assert (half["window"], under["window"]) == (64_000, 19_200)
+
+
+@pytest.mark.parametrize(("global_cap", "asked"), [(2, 3), (3, 2)])
+async def test_the_smaller_of_the_global_and_the_asked_depth_limit_holds(
+    context_dir: Path, global_cap: int, asked: int
+) -> None:
+    settings = Settings(context_dir=context_dir, stelis_max_depth=global_cap)
+    async with running_app(settings) as client:
+        uuid = (await create_task(client))["uuid"]
+        child = await start(client, uuid, max_depth=asked)
+        body = {"parent_thread_id": child["thread_id"], "max_depth": asked}
+        response = await client.post(f"/tasks/{uuid}/threads", json=body)
+        assert assert_error(response, 409, "thread_depth_exceeded")["max_depth"] == 2
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"window_ratio": 1.0},
+        {"window_ratio": 0},
+        {"parent_thread_id": -1},
+        {"max_depth": 0},
+        {"label": "x" * 256},
+        {"thread_id": 5},
+    ],
+)
+async def test_bad_bodies_are_refused(
+    client: httpx.AsyncClient, context_dir: Path, body: dict[str, Any]
+) -> None:
+    uuid = (await create_task(client))["uuid"]
+    before = snapshot_dir(context_dir)
+    response = await client.post(f"/tasks/{uuid}/threads", json=body)
+    assert_error(response, 422, "validation_error")
+    assert snapshot_dir(context_dir) == before
+    assert (await client.get(f"/tasks/{uuid}/threads")).json()["children"] == []
+
+
+async def test_unknown_parents_tasks_and_finished_tasks(client: httpx.AsyncClient) -> None:
+    uuid = (await create_task(client))["uuid"]
+    response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": 7})
+    assert assert_error(response, 404, "thread_not_found") == {"thread_id": 7}
+    missing = "6f1c1d0e-0000-4000-8000-000000000000"
+    assert_error(await client.post(f"/tasks/{missing}/threads", json={}), 404, "task_not_found")
+    assert_error(await client.get(f"/tasks/{missing}/threads"), 404, "task_not_found")
+    await client.post(f"/tasks/{uuid}/stop")
+    assert_error(await client.post(f"/tasks/{uuid}/threads", json={}), 409, "task_not_writable")
+
+
+async def test_completing_the_task_aborts_its_active_threads(client: httpx.AsyncClient) -> None:
+    uuid = (await create_task(client))["uuid"]
+    child = await start(client, uuid)
+    await start(client, uuid, parent_thread_id=child["thread_id"])
+    assert (await client.post(f"/tasks/{uuid}/complete")).status_code == 200
+    tree = (await client.get(f"/tasks/{uuid}/threads")).json()
+    assert tree["status"] == "completed"
+    nested = tree["children"][0]
+    assert [nested["status"], nested["children"][0]["status"]] == ["aborted", "aborted"]
+    assert nested["completed_at"] is not None
