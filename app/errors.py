@@ -60,6 +60,17 @@ class TaskNotFound(NotFound):
         )
 
 
+class TaskNotWritable(Conflict):
+    """Only running tasks change; ``doing`` says what was refused ("take messages", ...)."""
+
+    def __init__(self, task_uuid: str, status: str, doing: str) -> None:
+        super().__init__(
+            f"task {task_uuid} is {status}: only running tasks {doing}",
+            code="task_not_writable",
+            details={"uuid": task_uuid, "status": status},
+        )
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str

@@ -30,7 +30,7 @@ from app.context.files import (
 from app.context.records import HeadState, openai_message
 from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.db.models import Task
-from app.errors import AppError, Conflict, InvalidInput, TooLarge
+from app.errors import AppError, InvalidInput, TaskNotWritable, TooLarge
 from app.formats import native_format
 from app.formats.parts import plain_text
 from app.llm.errors import LLMError
@@ -328,11 +328,7 @@ class CompactionService:
 
     def _require_running(self, locked: LockedTask) -> None:
         if locked.task.status != "running":
-            raise Conflict(
-                f"task {locked.task.uuid} is {locked.task.status}: only running tasks change",
-                code="task_not_writable",
-                details={"uuid": locked.task.uuid, "status": locked.task.status},
-            )
+            raise TaskNotWritable(locked.task.uuid, locked.task.status, "change")
 
     def _summary_record(
         self,

@@ -33,7 +33,7 @@ from app.context.records import (
 )
 from app.db.engine import Database
 from app.db.models import ContextHead, IdempotencyKey, Task
-from app.errors import AppError, Conflict, InvalidInput, StorageError, TaskNotFound
+from app.errors import AppError, InvalidInput, StorageError, TaskNotFound, TaskNotWritable
 from app.storage.layout import METADATA, STATUS_DIRS, Layout
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
@@ -223,11 +223,7 @@ class ContextStore:
         async with self.locked(task_uuid) as locked:
             task, head = locked.task, locked.head
             if task.status != "running":
-                raise Conflict(
-                    f"task {task_uuid} is {task.status}: only running tasks take messages",
-                    code="task_not_writable",
-                    details={"uuid": task_uuid, "status": task.status},
-                )
+                raise TaskNotWritable(task_uuid, task.status, "take messages")
             keys = [p.idempotency_key for p in group if p.idempotency_key]
             known = {}
             if keys:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from app.context.store import ContextStore, LockedTask, utc_timestamp
-from app.errors import Conflict
+from app.errors import TaskNotWritable
 from app.storage.jsonl import append_bytes, dumps_line, last_record, read_page, repair_tail
 
 
@@ -41,11 +41,7 @@ class JournalService:
         async with self.store.locked(task_uuid) as locked:
             task = locked.task
             if task.status != "running":
-                raise Conflict(
-                    f"task {task_uuid} is {task.status}: only running tasks take records",
-                    code="task_not_writable",
-                    details={"uuid": task_uuid, "status": task.status},
-                )
+                raise TaskNotWritable(task_uuid, task.status, "take records")
             path = self.store.task_dir(task) / self.file_name
             record = await asyncio.to_thread(self._append, path, fields)
             if then is not None:

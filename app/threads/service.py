@@ -8,7 +8,7 @@ from sqlalchemy import select
 from app.config import Settings
 from app.context.store import ContextStore
 from app.db.models import Task, Thread
-from app.errors import Conflict, NotFound
+from app.errors import Conflict, NotFound, TaskNotWritable
 from app.threads.schemas import ThreadCreate, ThreadOut
 from app.threads.windows import ROOT, may_start_under, window_of
 
@@ -32,11 +32,7 @@ class ThreadService:
         async with self.store.locked(task_uuid) as locked:  # one new id at a time per task
             task = locked.task
             if task.status != "running":
-                raise Conflict(
-                    f"task {task_uuid} is {task.status}: only running tasks start threads",
-                    code="task_not_writable",
-                    details={"uuid": task_uuid, "status": task.status},
-                )
+                raise TaskNotWritable(task_uuid, task.status, "start threads")
             async with self.store.db.transaction() as session:
                 rows = await session.scalars(select(Thread).where(Thread.task_uuid == task_uuid))
                 threads = {t.thread_id: t for t in rows}
