@@ -20,6 +20,12 @@ SOURCE_NOTES = {
     "latest summary of its context instead.",
     "none": "No summary of the previous run is available.",
 }
+CARRIED = {
+    "final_summary": "Its final summary and planning history were carried into this run's context.",
+    "condense_summary": "Its latest context summary (the final one was not ready) and planning "
+    "history were carried into this run's context.",
+    "none": "No summary of it was available; its planning history was carried over.",
+}
 CUT_NOTE = "[Inherited context cut to fit {limit} tokens: {what}.]"
 
 
@@ -90,7 +96,22 @@ def inherited_message(
     if SOURCE_NOTES[previous.summary_source]:
         opening.append(SOURCE_NOTES[previous.summary_source])
 
-    def compose(summary: str, planning: list[str], cuts: list[str]) -> str:
+    original = previous.summary or ""
+    entries = [planning_entry(entry) for entry in previous.planning]
+
+    def cuts_of(summary: str, planning: list[str]) -> list[str]:
+        """What the note says was cut: derived from what is left."""
+        found = []
+        if previous.planning_dropped:
+            found.append(f"{previous.planning_dropped} older planning entries left out")
+        if summary != original:
+            found.append("the summary's end")
+        if planning != entries:
+            found.append("older planning history")
+        return found
+
+    def compose(summary: str, planning: list[str], cuts: list[str] | None = None) -> str:
+        cuts = cuts_of(summary, planning) if cuts is None else cuts
         parts = ["\n".join(opening)]
         if summary:
             parts.append(f"## Summary of the previous run\n{summary}")
@@ -101,36 +122,28 @@ def inherited_message(
         parts.append(CONTINUE)
         return "\n\n".join(parts)
 
-    summary = previous.summary or ""
-    entries = [planning_entry(entry) for entry in previous.planning]
-    planning = entries
-    cuts = [f"{previous.planning_dropped} older planning entries left out"]
-    cuts = cuts if previous.planning_dropped else []
-    text = compose(summary, planning, cuts)
-    if count(text) > limit:
-        all_cuts = [*cuts, "the summary's end", "older planning history"]
-        room = limit - count(compose("x", ["x"], all_cuts))
+    summary, planning = original, entries
+    if count(compose(summary, planning)) > limit:
+        longest_note = cuts_of("", [])  # every cut named: the most the note can cost
+        room = limit - count(compose("x", ["x"], longest_note))
         summary_tokens, planning_tokens = count(summary), count("\n".join(entries))
         planning_room = min(planning_tokens, max(room // 3, room - summary_tokens))
         planning = latest_entries(count, entries, planning_room)
         summary = cut(count, summary, max(room - count("\n".join(planning)), 0))
         for _ in range(8):  # counts of joined text differ slightly from sums: trim the rest
-            cuts = [*cuts[:1]] if previous.planning_dropped else []
-            cuts += ["the summary's end"] if summary != (previous.summary or "") else []
-            cuts += ["older planning history"] if planning != entries else []
-            text = compose(summary, planning, cuts)
-            over = count(text) - limit
+            over = count(compose(summary, planning)) - limit
             if over <= 0:
                 break
             if summary:
                 summary = cut(count, summary, max(count(summary) - over - 1, 0))
             else:
                 planning = latest_entries(count, planning[1:], count("\n".join(planning)))
-    text = cut(count, text, limit)  # the guarantee, should the headings alone be too long
+    # The guarantee, should the headings alone be too long.
+    text = cut(count, compose(summary, planning), limit)
     return text, {
         "summary_source": previous.summary_source,
         "planning_entries": len(previous.planning) + previous.planning_dropped,
-        "truncated": bool(cuts),
+        "truncated": bool(cuts_of(summary, planning)),
         "tokens": count(text),
     }
 
@@ -140,13 +153,8 @@ def notification_comment(previous: Previous) -> str:
     lines = [
         f"Continuing from a previous run of this task: {previous.uuid} ({previous.status}, "
         f"finished {when(previous.completed_at)}).",
-        "Its final summary and planning history were carried into this run's context.",
+        CARRIED[previous.summary_source],
     ]
-    if previous.summary_source == "condense_summary":
-        lines[1] = "Its latest context summary (the final one was not ready) and planning "
-        lines[1] += "history were carried into this run's context."
-    elif previous.summary_source == "none":
-        lines[1] = "No summary of it was available; its planning history was carried over."
     if previous.status == "failed" and previous.error_message:
         lines.append(f"The previous run failed: {brief(previous.error_message)}")
     return "\n".join(lines)

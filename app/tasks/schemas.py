@@ -108,6 +108,11 @@ class TaskCreate(BaseModel):
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("hooks")
+    @classmethod
+    def _each_hook_once(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
+
     @field_validator("request_defaults")
     @classmethod
     def _no_reserved_keys(cls, value: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from sqlalchemy import select
 from app.config import Settings
 from app.context.store import ContextStore
 from app.db.models import Task, Thread
-from app.errors import Conflict, NotFound, TaskNotWritable
+from app.errors import Conflict, NotFound, TaskNotFound, TaskNotWritable
 from app.threads.schemas import ThreadCreate, ThreadOut
 from app.threads.windows import ROOT, may_start_under, window_of
 
@@ -81,8 +81,10 @@ class ThreadService:
 
     async def tree(self, task_uuid: str) -> ThreadOut:
         """The root context (thread 0) with its threads nested under their parents."""
-        task, _ = await self.store.head(task_uuid)
         async with self.store.db.reader() as session:
+            task = await session.get(Task, task_uuid)
+            if task is None:
+                raise TaskNotFound(task_uuid)
             rows = await session.scalars(
                 select(Thread).where(Thread.task_uuid == task_uuid).order_by(Thread.thread_id)
             )

@@ -9,17 +9,15 @@ from app.errors import InvalidInput
 EVENTS: dict[str, WebhookEvent] = {"complete": "completed", "stop": "stopped", "fail": "failed"}
 
 
-def check_chosen(configured: Mapping[str, WebhookConfig], chosen: Iterable[str]) -> list[str]:
-    """The names a task chose, each one configured on the server (a request never gives a URL)."""
-    names = list(dict.fromkeys(chosen))
-    unknown = [name for name in names if name not in configured]
+def check_chosen(configured: Mapping[str, WebhookConfig], chosen: Iterable[str]) -> None:
+    """Every name a task chose is configured on the server (a request never gives a URL)."""
+    unknown = [name for name in chosen if name not in configured]
     if unknown:
         raise InvalidInput(
             f"no webhook named {unknown[0]!r} is configured",
             code="unknown_webhook",
             details={"unknown": unknown, "configured": sorted(configured)},
         )
-    return names
 
 
 def hooks_for(

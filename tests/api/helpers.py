@@ -45,6 +45,15 @@ async def create_task(client: httpx.AsyncClient, **overrides: Any) -> dict[str, 
     return created
 
 
+async def windowed_task(
+    client: httpx.AsyncClient, window: int, max_output_tokens: int
+) -> tuple[str, int]:
+    """A task with this window and output reserve; returns its uuid and its budget
+    (window * (1 - CONTEXT_BUFFER 0.1) - reserve, SPEC §6)."""
+    created = await create_task(client, context_length=window, max_output_tokens=max_output_tokens)
+    return created["uuid"], int(window * 0.9) - max_output_tokens
+
+
 def locations(context_dir: Path, task_uuid: str) -> list[str]:
     """Every location (running, paused, completed, .staging, .trash) holding the task's dir."""
     return [loc for loc in LOCATIONS if (context_dir / loc / task_uuid).is_dir()]

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.conftest import CORPUS, task_body
+from tests.api.helpers import windowed_task
+from tests.conftest import CORPUS
 from tests.support_schemas import assert_tool_pairing, validate_openai_request
 
 LONGEST = [p.name for p in sorted(CORPUS.glob("*.jsonl"), key=lambda p: -p.stat().st_size)[:6]]
@@ -71,11 +72,7 @@ async def test_corpus_replay_stays_within_budget(
 ) -> None:
     """Batch after batch, /request serves a valid payload within the budget."""
     messages = load(name)
-    body = task_body(context_length=window, max_output_tokens=WINDOWS[window])
-    response = await client.post("/tasks", json=body)
-    assert response.status_code == 201, response.text
-    uuid = response.json()["uuid"]
-    budget = int(window * 0.9) - WINDOWS[window]
+    uuid, budget = await windowed_task(client, window, WINDOWS[window])
     batches = 0
     tokens = 0
     for start in range(0, len(messages), BATCH):

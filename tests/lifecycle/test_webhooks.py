@@ -37,7 +37,7 @@ async def test_completion_and_stop_reach_the_receiver(
 ) -> None:
     settings = fast_settings(context_dir, webhooks=hooks(receiver.base_url))
     async with running_app(settings) as client:
-        task = await create_task(client, hooks=["team"])
+        task = await create_task(client, hooks=["team", "team"])  # named twice: called once
         uuid = task["uuid"]
         assert task["hooks"] == ["team"]
         assert (await client.post(f"/tasks/{uuid}/stop")).status_code == 200

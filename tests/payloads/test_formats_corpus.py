@@ -18,7 +18,8 @@ import pytest
 from app.config import Settings
 from app.formats import FORMATS
 from app.tokens.counters import TextCounter, counter_for
-from tests.conftest import CORPUS, task_body
+from tests.api.helpers import windowed_task
+from tests.conftest import CORPUS
 from tests.formats.support import (
     adjustment,
     calls_left_open,
@@ -78,11 +79,7 @@ async def test_every_format_valid_and_within_budget(
     client: httpx.AsyncClient, counter: TextCounter, name: str, window: int
 ) -> None:
     messages = load(name)
-    body = task_body(context_length=window, max_output_tokens=WINDOWS[window])
-    response = await client.post("/tasks", json=body)
-    assert response.status_code == 201, response.text
-    uuid = response.json()["uuid"]
-    budget = int(window * 0.9) - WINDOWS[window]
+    uuid, budget = await windowed_task(client, window, WINDOWS[window])
     for start in range(0, len(messages), BATCH):
         batch = messages[start : start + BATCH]
         response = await client.post(f"/tasks/{uuid}/messages", json={"messages": batch})

@@ -1,5 +1,6 @@
 """Starting threads: seed 003's windows and depth limit, the tree, and refusals (SPEC §8)."""
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,12 @@ async def test_completing_the_task_aborts_its_active_threads(client: httpx.Async
     nested = tree["children"][0]
     assert [nested["status"], nested["children"][0]["status"]] == ["aborted", "aborted"]
     assert nested["completed_at"] is not None
+
+
+async def test_concurrent_starts_get_distinct_consecutive_ids(client: httpx.AsyncClient) -> None:
+    """Thread ids are handed out under the task lock: no duplicate, no gap (SPEC §3.5)."""
+    uuid = (await create_task(client))["uuid"]
+    started = await asyncio.gather(*(start(client, uuid, label=f"t{i}") for i in range(20)))
+    assert sorted(t["thread_id"] for t in started) == list(range(1, 21))
+    tree = (await client.get(f"/tasks/{uuid}/threads")).json()
+    assert [c["thread_id"] for c in tree["children"]] == list(range(1, 21))
