@@ -71,6 +71,26 @@ class TaskNotWritable(Conflict):
         )
 
 
+class ThreadNotFound(NotFound):
+    def __init__(self, task_uuid: str, thread_id: int) -> None:
+        super().__init__(
+            f"task {task_uuid} has no thread {thread_id}",
+            code="thread_not_found",
+            details={"uuid": task_uuid, "thread_id": thread_id},
+        )
+
+
+class ThreadNotActive(Conflict):
+    """A thread that ended or was aborted takes no more messages, children or compactions."""
+
+    def __init__(self, task_uuid: str, thread_id: int, status: str) -> None:
+        super().__init__(
+            f"thread {thread_id} of task {task_uuid} is {status}",
+            code="thread_not_active",
+            details={"uuid": task_uuid, "thread_id": thread_id, "status": status},
+        )
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str

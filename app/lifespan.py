@@ -37,6 +37,8 @@ from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks
 from app.storage.reconcile import reconcile
 from app.tasks.service import TaskService
+from app.threads.chronicle import KIND as CHRONICLE
+from app.threads.chronicle import ChronicleWriter
 from app.threads.service import ThreadService
 from app.tokens.counting import TokenCounting
 from app.webhooks.service import WebhookDelivery
@@ -99,7 +101,7 @@ def build_services(
     )
 
     async def condense_job(job: Job) -> dict[str, object]:
-        outcome = await compaction.condense(job.task_uuid)
+        outcome = await compaction.condense(job.task_uuid, thread_id=job.thread_id)
         return outcome.as_dict() | {"skipped": outcome.kind == "skipped"}
 
     store.after_commit = tasks.schedule_condense
@@ -119,6 +121,9 @@ def build_services(
             "condense": condense_job,
             "final_summary": final_summaries.write,
             "webhook": WebhookDelivery(settings, http).deliver,
+            CHRONICLE: ChronicleWriter(
+                store, summarizer, max_tokens=settings.summary_max_tokens
+            ).write,
         },
         poll_s=settings.job_poll_s,
         backoff_s=settings.job_backoff_s,
@@ -142,7 +147,7 @@ def build_services(
         payloads=PayloadService(store, tasks, compaction),
         final_summaries=final_summaries,
         inheritance=inheritance,
-        threads=ThreadService(store, settings),
+        threads=ThreadService(store, tasks, jobs, settings),
         stats=StatsService(db),
         maintenance=MaintenanceService(db, tasks, settings),
     )

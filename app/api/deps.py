@@ -3,7 +3,7 @@
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Query, Request
 
 from app.lifespan import Services
 
@@ -19,3 +19,11 @@ def task_uuid(uuid: Annotated[UUID, Path(description="The task's uuid.")]) -> st
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 TaskUUID = Annotated[str, Depends(task_uuid)]
+ThreadID = Annotated[
+    int,
+    Query(
+        ge=0,
+        le=2**31 - 1,
+        description="The context: 0 is the task's root, any other number a thread of the task.",
+    ),
+]

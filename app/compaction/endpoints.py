@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import ServicesDep, TaskUUID
+from app.api.deps import ServicesDep, TaskUUID, ThreadID
 from app.api.errors import ERROR_RESPONSES
 from app.compaction.schemas import (
     CompactionResult,
@@ -19,17 +19,23 @@ router = APIRouter(prefix="/tasks/{uuid}", tags=["compaction"], responses=ERROR_
 
 
 @router.post("/compress", response_model=CompactionResult)
-async def compress(uuid: TaskUUID, body: CompressBody, services: ServicesDep) -> CompactionResult:
-    """Compact the context now: condense (auto, condense) or truncate."""
-    outcome = await services.compaction.compact(uuid, body.strategy, body.backend)
+async def compress(
+    uuid: TaskUUID, body: CompressBody, services: ServicesDep, thread_id: ThreadID = 0
+) -> CompactionResult:
+    """Compact a context now: condense (auto, condense) or truncate."""
+    outcome = await services.compaction.compact(uuid, body.strategy, body.backend, thread_id)
     return CompactionResult.model_validate(outcome.as_dict())
 
 
 @router.post("/rewind", response_model=RewindResult)
-async def rewind(uuid: TaskUUID, body: RewindBody, services: ServicesDep) -> RewindResult:
+async def rewind(
+    uuid: TaskUUID, body: RewindBody, services: ServicesDep, thread_id: ThreadID = 0
+) -> RewindResult:
     """Seed 002's rewind: history after the cut, and compactions that depended on it, leave
     the effective context (nothing is deleted from messages.jsonl)."""
-    head = await services.compaction.rewind(uuid, body.to_seq, body.include_target)
+    head = await services.compaction.rewind(
+        uuid, body.to_seq, body.include_target, thread_id=thread_id
+    )
     return RewindResult(
         last_seq=head.last_seq, messages=head.current_messages, context_tokens=head.context_tokens
     )
@@ -41,9 +47,11 @@ async def list_summaries(
     services: ServicesDep,
     after_id: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    thread_id: ThreadID = 0,
 ) -> SummaryPage:
-    """Compaction records (summaries.jsonl): condense summaries, truncations, elisions."""
-    records, more = await services.summaries.page(uuid, after_id, limit)
+    """A context's compaction records (summaries.jsonl): condense summaries, truncations,
+    elisions."""
+    records, more = await services.summaries.page(uuid, after_id, limit, thread_id)
     return SummaryPage(
         summaries=[SummaryRecord.model_validate(r) for r in records],
         next_after_id=records[-1]["id"] if more else None,

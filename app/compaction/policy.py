@@ -2,7 +2,8 @@
 
 import logging
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,19 @@ class Budget:
     reserved_output: int
     allowed: int  # the most counted tokens a served payload may have
     threshold: int  # at or above this, compaction is due
+
+    def share(self, ratios: Sequence[float]) -> "Budget":
+        """A thread's budget: the window and limits times each ratio down its chain from the
+        root, truncated at every step (seed 003's calculate_stelis_window_size)."""
+        budget = self
+        for ratio in ratios:
+            budget = replace(
+                budget,
+                window=int(budget.window * ratio),
+                allowed=int(budget.allowed * ratio),
+                threshold=int(budget.threshold * ratio),
+            )
+        return budget
 
     def next_action(self, tokens: int) -> str:
         if tokens > self.allowed:

@@ -30,7 +30,7 @@ from app.context.files import (
 from app.context.records import HeadState, openai_message
 from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.db.models import Task
-from app.errors import AppError, InvalidInput, TaskNotWritable, TooLarge
+from app.errors import AppError, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import native_format
 from app.formats.parts import plain_text
 from app.llm.errors import LLMError
@@ -92,18 +92,19 @@ class CompactionService:
         self.tasks = tasks
         self.summarizer = summarizer
         self.settings = settings
-        self._busy: dict[str, asyncio.Lock] = {}
+        self._busy: dict[tuple[str, int], asyncio.Lock] = {}
 
     @asynccontextmanager
-    async def _one_at_a_time(self, task_uuid: str) -> AsyncIterator[None]:
+    async def _one_at_a_time(self, task_uuid: str, thread_id: int) -> AsyncIterator[None]:
         """At most one compaction per context in this process (the commit re-checks anyway)."""
-        lock = self._busy.setdefault(task_uuid, asyncio.Lock())
+        context = (task_uuid, thread_id)
+        lock = self._busy.setdefault(context, asyncio.Lock())
         try:
             async with lock:
                 yield
         finally:
-            if not lock.locked() and self._busy.get(task_uuid) is lock:
-                del self._busy[task_uuid]
+            if not lock.locked() and self._busy.get(context) is lock:
+                del self._busy[context]
 
     # -- what the context looks like ------------------------------------------------------
 
@@ -111,7 +112,7 @@ class CompactionService:
         self, locked: LockedTask, fmt: str
     ) -> tuple[HeadState, list[Entry], ContextFiles]:
         head = await self.store.recovered_head(locked)
-        files = ContextFiles(self.store.task_dir(locked.task))
+        files = self.store.files(locked)
         entries = await asyncio.to_thread(_entries, files, head.messages_bytes, fmt)
         return head, entries, files
 
@@ -121,21 +122,30 @@ class CompactionService:
     # -- the operations -------------------------------------------------------------------
 
     async def compact(
-        self, task_uuid: str, strategy: Strategy = "auto", backend: str | None = None
+        self,
+        task_uuid: str,
+        strategy: Strategy = "auto",
+        backend: str | None = None,
+        thread_id: int = 0,
     ) -> Outcome:
         """One compaction step: condense (auto, condense) or truncate."""
         if strategy == "truncate":
-            return await self.truncate(task_uuid)
-        return await self.condense(task_uuid, backend)
+            return await self.truncate(task_uuid, thread_id=thread_id)
+        return await self.condense(task_uuid, backend, thread_id=thread_id)
 
     @timed_compaction
     async def condense(
-        self, task_uuid: str, backend: str | None = None, fmt: str | None = None
+        self,
+        task_uuid: str,
+        backend: str | None = None,
+        fmt: str | None = None,
+        *,
+        thread_id: int = 0,
     ) -> Outcome:
-        """Summarise the middle of the context; tokens are weighed as ``fmt`` renders them
+        """Summarise the middle of a context; tokens are weighed as ``fmt`` renders them
         (default: the task's own provider format)."""
-        async with self._one_at_a_time(task_uuid):
-            async with self.store.locked(task_uuid) as locked:
+        async with self._one_at_a_time(task_uuid, thread_id):
+            async with self.store.locked(task_uuid, thread_id) as locked:
                 self._require_running(locked)
                 fmt = fmt or native_format(locked.task.llm_provider)
                 head, entries, files = await self._index(locked, fmt)
@@ -148,7 +158,8 @@ class CompactionService:
                 if isinstance(plan, Skip):
                     return Outcome("skipped", before, before, reason=plan.reason)
                 span = [e.position for e in entries[plan.start : plan.end]]
-                backend = backend or await asyncio.to_thread(files.summary_backend)
+                task_files = ContextFiles(self.store.task_dir(locked.task))
+                backend = backend or await asyncio.to_thread(task_files.summary_backend)
                 handle = await asyncio.to_thread(open, files.messages, "rb")
             try:
                 summary = await self.summarizer.summarize(
@@ -161,17 +172,24 @@ class CompactionService:
             if not summary.strip():
                 raise CompactionFailed("the summariser returned an empty summary", code="empty")
             return await self._commit_condense(
-                task_uuid, fmt, span, summary, self.summarizer.describe(backend)
+                (task_uuid, thread_id), fmt, span, summary, self.summarizer.describe(backend)
             )
 
     async def _commit_condense(
-        self, task_uuid: str, fmt: str, span: list[int], summary: str, summarizer: str
+        self,
+        context: tuple[str, int],
+        fmt: str,
+        span: list[int],
+        summary: str,
+        summarizer: str,
     ) -> Outcome:
-        async with self.store.locked(task_uuid) as locked:
+        async with self.store.locked(*context) as locked:
             head, entries, files = await self._index(locked, fmt)
             before = self.tasks.payload_tokens(locked.task, head, fmt)
             if locked.task.status != "running":  # finished while the summariser worked
                 return Outcome("skipped", before, before, reason="task_not_running")
+            if locked.thread is not None and locked.thread.status != "active":
+                return Outcome("skipped", before, before, reason="thread_not_active")
             found = [i for i, e in enumerate(entries) if span[0] <= e.position <= span[-1]]
             if [entries[i].position for i in found] != span:
                 return Outcome("skipped", before, before, reason="context_changed")
@@ -186,8 +204,13 @@ class CompactionService:
             return await self._commit(locked, head, files, marker, record, hidden, entries, cost)
 
     @timed_compaction
-    async def truncate(self, task_uuid: str, fmt: str | None = None) -> Outcome:
-        async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
+    async def truncate(
+        self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
+    ) -> Outcome:
+        async with (
+            self._one_at_a_time(task_uuid, thread_id),
+            self.store.locked(task_uuid, thread_id) as locked,
+        ):
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
@@ -204,13 +227,18 @@ class CompactionService:
             return await self._commit(locked, head, files, marker, record, plan, entries, cost)
 
     @timed_compaction
-    async def elide(self, task_uuid: str, excess: int, fmt: str | None = None) -> Outcome:
+    async def elide(
+        self, task_uuid: str, excess: int, fmt: str | None = None, *, thread_id: int = 0
+    ) -> Outcome:
         """Cut the middle out of the largest message, to lose ``excess`` tokens (a last resort).
 
         The largest message whose content can shrink: one whose size is in its tool calls'
         arguments (or that was elided already) gives way to the next largest.
         """
-        async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
+        async with (
+            self._one_at_a_time(task_uuid, thread_id),
+            self.store.locked(task_uuid, thread_id) as locked,
+        ):
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
             before = self.tasks.payload_tokens(locked.task, head, fmt)
@@ -226,30 +254,27 @@ class CompactionService:
             record = self._summary_record("elision", entries, span, "", fmt, cost)
             return await self._commit(locked, head, files, marker, record, span, entries, cost)
 
-    async def fit(self, task_uuid: str, fmt: str | None = None) -> Outcome | None:
-        """Compact until the payload in ``fmt`` is within the budget (SPEC §3.3), or raise
-        TooLarge."""
+    async def fit(
+        self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
+    ) -> Outcome | None:
+        """Compact a context until its payload in ``fmt`` is within its budget (SPEC §3.3),
+        or raise TooLarge."""
         last: Outcome | None = None
         for round_number in range(MAX_FIT_ROUNDS):
-            task, head = await self.store.head(task_uuid)
-            fmt = fmt or native_format(task.llm_provider)
-            tokens = self.tasks.payload_tokens(task, head, fmt)
-            allowed = self.tasks.budget(task).allowed
+            tokens, allowed, fmt = await self._measure(task_uuid, thread_id, fmt)
             if tokens <= allowed:
                 return last
             if round_number == 0:
-                last = await self._condense_in_time(task_uuid, fmt)
+                last = await self._condense_in_time(task_uuid, fmt, thread_id)
                 if last is not None and last.kind != "skipped":
                     continue
-            step = await self.truncate(task_uuid, fmt)
+            step = await self.truncate(task_uuid, fmt, thread_id=thread_id)
             if step.kind == "skipped":
-                step = await self.elide(task_uuid, tokens - allowed, fmt)
+                step = await self.elide(task_uuid, tokens - allowed, fmt, thread_id=thread_id)
             if step.kind == "skipped":
                 break
             last = step
-        task, head = await self.store.head(task_uuid)
-        tokens = self.tasks.payload_tokens(task, head, fmt or native_format(task.llm_provider))
-        allowed = self.tasks.budget(task).allowed
+        tokens, allowed, fmt = await self._measure(task_uuid, thread_id, fmt)
         if tokens > allowed:
             raise TooLarge(
                 f"the context has {tokens} tokens and cannot be compacted under {allowed}",
@@ -258,10 +283,20 @@ class CompactionService:
             )
         return last
 
-    async def _condense_in_time(self, task_uuid: str, fmt: str) -> Outcome | None:
+    async def _measure(
+        self, task_uuid: str, thread_id: int, fmt: str | None
+    ) -> tuple[int, int, str]:
+        """The context's payload tokens, its budget and the format they are counted in."""
+        context = await self.store.head(task_uuid, thread_id)
+        fmt = fmt or native_format(context.task.llm_provider)
+        tokens = self.tasks.payload_tokens(context.task, context.head, fmt)
+        return tokens, self.tasks.context_budget(context).allowed, fmt
+
+    async def _condense_in_time(self, task_uuid: str, fmt: str, thread_id: int) -> Outcome | None:
         try:
             return await asyncio.wait_for(
-                self.condense(task_uuid, fmt=fmt), self.settings.request_condense_timeout_s
+                self.condense(task_uuid, fmt=fmt, thread_id=thread_id),
+                self.settings.request_condense_timeout_s,
             )
         except (TimeoutError, CompactionFailed) as exc:
             log.warning(
@@ -269,13 +304,15 @@ class CompactionService:
             )
             return None
 
-    async def dry_run(self, task_uuid: str, fmt: str | None = None) -> dict[str, Any]:
+    async def dry_run(
+        self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
+    ) -> dict[str, Any]:
         """What compaction would do next for a payload in ``fmt``, without doing it."""
-        async with self.store.locked(task_uuid) as locked:
+        async with self.store.locked(task_uuid, thread_id) as locked:
             head = await self.store.recovered_head(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
             tokens = self.tasks.payload_tokens(locked.task, head, fmt)
-            budget = self.tasks.budget(locked.task)
+            budget = self.tasks.context_budget(locked)
             if tokens < budget.threshold:  # the usual case: no need to index the context
                 return {"action": "none"}
             _, entries, _ = await self._index(locked, fmt)
@@ -297,12 +334,17 @@ class CompactionService:
             }
         return {"action": "elide", "condense_skipped": condense.reason}
 
-    async def rewind(self, task_uuid: str, to_seq: int, include_target: bool) -> HeadState:
+    async def rewind(
+        self, task_uuid: str, to_seq: int, include_target: bool, *, thread_id: int = 0
+    ) -> HeadState:
         """Seed 002's rewind: later history leaves the context, so do later compactions."""
-        async with self._one_at_a_time(task_uuid), self.store.locked(task_uuid) as locked:
+        async with (
+            self._one_at_a_time(task_uuid, thread_id),
+            self.store.locked(task_uuid, thread_id) as locked,
+        ):
             self._require_running(locked)
             head = await self.store.recovered_head(locked)
-            files = ContextFiles(self.store.task_dir(locked.task))
+            files = self.store.files(locked)
             target = await asyncio.to_thread(_read_seq, files, to_seq, head.messages_bytes)
             if target is None or "marker" in target:
                 raise InvalidInput(
@@ -320,8 +362,8 @@ class CompactionService:
             new_head, _ = await asyncio.to_thread(
                 commit_marker, files, head, marker, None, fsync=self.store.fsync
             )
-            await self.store.save_head(locked.task.uuid, new_head)
-            log.info("task %s: rewound to seq %d", task_uuid, to_seq)
+            await self.store.save_head(locked, new_head)
+            log.info("task %s thread %d: rewound to seq %d", task_uuid, thread_id, to_seq)
             return new_head
 
     # -- shared ---------------------------------------------------------------------------
@@ -329,6 +371,9 @@ class CompactionService:
     def _require_running(self, locked: LockedTask) -> None:
         if locked.task.status != "running":
             raise TaskNotWritable(locked.task.uuid, locked.task.status, "change")
+        thread = locked.thread
+        if thread is not None and thread.status != "active":
+            raise ThreadNotActive(locked.task.uuid, thread.thread_id, thread.status)
 
     def _summary_record(
         self,
@@ -384,11 +429,12 @@ class CompactionService:
         new_head, record = await asyncio.to_thread(
             commit_marker, files, head, marker, summary, fsync=self.store.fsync
         )
-        await self.store.save_head(locked.task.uuid, new_head, compactions=1)
+        await self.store.save_head(locked, new_head, compactions=1)
         after = self.tasks.payload_tokens(locked.task, new_head, fmt)
         log.info(
-            "task %s: %s of %d messages, %d -> %d tokens",
+            "task %s thread %d: %s of %d messages, %d -> %d tokens",
             locked.task.uuid,
+            locked.thread_id,
             summary["kind"],
             span.end - span.start,
             before,

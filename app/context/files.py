@@ -297,3 +297,20 @@ def write_group(
     """Append a group's records, then their current lines; one write and fsync per file."""
     append_bytes(files.messages, b"".join(record_lines), fsync=fsync)
     append_bytes(files.current, b"".join(current), fsync=fsync)
+
+
+class History:
+    """A context's messages (no compaction markers) from an open messages.jsonl, counted as
+    they go."""
+
+    def __init__(self, handle: BinaryIO, end: int) -> None:
+        self.handle = handle
+        self.end = end
+        self.count = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for _, line in iter_lines(self.handle, 0, self.end):
+            record: dict[str, Any] = orjson.loads(line)
+            if "marker" not in record:
+                self.count += 1
+                yield record

@@ -21,9 +21,23 @@ from app.storage.jsonl import dumps_line
 from app.tokens.calibration import reported_output_tokens, reported_prompt_tokens
 from app.tokens.costs import OTHER_FORMATS, TokenCosts, in_format
 
-# Fields the service adds to every stored record; a posted message may not carry them.
+# A thread's anchor in its parent's context (app/threads/anchors.py): the thread's id.
+ANCHOR = "stelis_anchor"
+# What an anchor is counted as, in every format: the most any rendering of it may cost.
+ANCHOR_TOKENS = 400
+
+# Fields the service adds to stored records; a posted message may not carry them.
 ENVELOPE_FIELDS = frozenset(
-    {"seq", "timestamp", "tokens", "format_tokens", "batch_size", "idempotency_key", "request_hash"}
+    {
+        "seq",
+        "timestamp",
+        "tokens",
+        "format_tokens",
+        "batch_size",
+        "idempotency_key",
+        "request_hash",
+        ANCHOR,
+    }
 )
 
 
@@ -95,6 +109,8 @@ def openai_message(record: dict[str, Any]) -> dict[str, Any]:
         message["tool_calls"] = record["tool_calls"]
     if role == "tool":
         message["tool_call_id"] = record["tool_call_id"]
+    if ANCHOR in record:  # last, where app/threads/anchors.py looks for it
+        message[ANCHOR] = record[ANCHOR]
     return message
 
 
@@ -139,6 +155,11 @@ class ContextAccumulator:
             _check_pairing(open_calls, record, index)
             record["timestamp"] = timestamp
             record["tokens"], record["format_tokens"] = costs.message(openai_message(record))
+            if ANCHOR in record:  # rendered anew each time: counted as the most it may cost
+                record["tokens"] = max(record["tokens"], ANCHOR_TOKENS)
+                record["format_tokens"] = {
+                    f: max(n, ANCHOR_TOKENS) for f, n in record["format_tokens"].items()
+                }
             if index == 0 and len(messages) > 1:
                 record["batch_size"] = len(messages)
             if index == 0 and idempotency_key is not None:

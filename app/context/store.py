@@ -32,14 +32,38 @@ from app.context.records import (
     request_hash,
 )
 from app.db.engine import Database
-from app.db.models import ContextHead, IdempotencyKey, Task
-from app.errors import AppError, InvalidInput, StorageError, TaskNotFound, TaskNotWritable
-from app.storage.layout import METADATA, STATUS_DIRS, Layout
+from app.db.models import ContextHead, IdempotencyKey, Task, Thread
+from app.errors import (
+    AppError,
+    InvalidInput,
+    StorageError,
+    TaskNotFound,
+    TaskNotWritable,
+    ThreadNotActive,
+    ThreadNotFound,
+)
+from app.storage.layout import METADATA, STATUS_DIRS, Layout, context_dir
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
 from app.tokens.counting import TokenCounting
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LockedTask:
+    """A task while its lock is held: the row, and one of its contexts (the root, thread 0, or
+    a thread) with its head as committed in the database. ``threads`` holds the task's thread
+    rows when the context is a thread or they were asked for."""
+
+    task: Task
+    head: HeadState
+    thread_id: int = 0
+    threads: dict[int, Thread] = field(default_factory=dict)
+
+    @property
+    def thread(self) -> Thread | None:
+        return self.threads.get(self.thread_id) if self.thread_id else None
 
 
 @dataclass
@@ -49,21 +73,17 @@ class Snapshot:
     The handle stays valid when the task's directory moves or the file is replaced.
     """
 
-    task: Task
+    context: LockedTask
     head: HeadState
     handle: BinaryIO
     metadata: dict[str, Any]
 
+    @property
+    def task(self) -> Task:
+        return self.context.task
+
     def close(self) -> None:
         self.handle.close()
-
-
-@dataclass(frozen=True)
-class LockedTask:
-    """A task while its lock is held: the row and the head as committed in the database."""
-
-    task: Task
-    head: HeadState
 
 
 @dataclass
@@ -71,6 +91,21 @@ class _PendingAppend:
     messages: list[dict[str, Any]]
     idempotency_key: str | None
     future: "asyncio.Future[tuple[dict[str, Any], bool]]"
+    result: "tuple[dict[str, Any], bool] | AppError | None" = None
+
+
+def _resolve(group: list[_PendingAppend], scheduled: bool) -> None:
+    """Answer each append of a committed group (an AppError answers a refused one)."""
+    for pending in group:
+        result = pending.result
+        assert result is not None
+        if isinstance(result, AppError):
+            pending.future.set_exception(result)
+        else:
+            response, replayed = result
+            if not replayed:
+                response = {**response, "compaction_scheduled": scheduled}
+            pending.future.set_result((response, replayed))
 
 
 @dataclass
@@ -107,17 +142,22 @@ class ContextStore:
         )
         self.fsync = settings.fsync == "always"
         self._max_message_bytes = settings.max_message_bytes
-        self._pending: dict[str, list[_PendingAppend]] = {}
-        self._drainers: dict[str, asyncio.Task[None]] = {}
-        # Called after each group commit with the task and the heads before and after; returns
-        # whether compaction was scheduled (wired by the lifespan to the condense job).
-        self.after_commit: Callable[[Task, HeadState, HeadState], Awaitable[bool]] | None = None
+        self._pending: dict[tuple[str, int], list[_PendingAppend]] = {}
+        self._drainers: dict[tuple[str, int], asyncio.Task[None]] = {}
+        # Called after each group commit with the context and the heads before and after;
+        # returns whether compaction was scheduled (wired by the lifespan to the condense job).
+        self.after_commit: Callable[[LockedTask, HeadState, HeadState], Awaitable[bool]] | None = (
+            None
+        )
 
     # -- locking and lookup ---------------------------------------------------------------
 
     @asynccontextmanager
-    async def locked(self, task_uuid: str) -> AsyncIterator[LockedTask]:
-        """Hold the task lock; yield its row and committed head, its directory in place."""
+    async def locked(
+        self, task_uuid: str, thread_id: int = 0, *, with_threads: bool = False
+    ) -> AsyncIterator[LockedTask]:
+        """Hold the task lock; yield its row and the committed head of one of its contexts,
+        its directory in place. The lock is the task's: all its contexts share it."""
         async with self.locks.hold(task_uuid):
             async with self.db.reader() as session:
                 row = (
@@ -125,21 +165,45 @@ class ContextStore:
                         select(Task, ContextHead)
                         .outerjoin(
                             ContextHead,
-                            and_(ContextHead.task_uuid == Task.uuid, ContextHead.thread_id == 0),
+                            and_(
+                                ContextHead.task_uuid == Task.uuid,
+                                ContextHead.thread_id == thread_id,
+                            ),
                         )
                         .where(Task.uuid == task_uuid)
                     )
                 ).first()
+                threads: dict[int, Thread] = {}
+                if row is not None and (thread_id or with_threads):
+                    threads = await load_threads(session, task_uuid)
             if row is None:
                 raise TaskNotFound(task_uuid)
             task, head = row
+            if thread_id and thread_id not in threads:
+                raise ThreadNotFound(task_uuid, thread_id)
             if head is None:
-                raise StorageError(f"task {task_uuid} has no context head", code="head_missing")
+                raise StorageError(
+                    f"task {task_uuid} has no context head for thread {thread_id}",
+                    code="head_missing",
+                )
             await asyncio.to_thread(self._ensure_directory, task)
-            yield LockedTask(task, _head_state(head))
+            yield LockedTask(task, _head_state(head), thread_id, threads)
+
+    async def other_context(self, locked: LockedTask, thread_id: int) -> LockedTask:
+        """Another context of the locked task (the lock already held), its files recovered."""
+        async with self.db.reader() as session:
+            row = await session.get(ContextHead, (locked.task.uuid, thread_id))
+        if row is None:
+            raise ThreadNotFound(locked.task.uuid, thread_id)
+        other = LockedTask(locked.task, _head_state(row), thread_id, locked.threads)
+        return dataclasses.replace(other, head=await self.recovered_head(other))
 
     def task_dir(self, task: Task) -> Path:
         return self.layout.task_dir(task.status, task.uuid)
+
+    def files(self, locked: LockedTask) -> ContextFiles:
+        """The files of the locked context (a thread's live under its task's directory)."""
+        return ContextFiles(context_dir(self.task_dir(locked.task), locked.thread_id))
 
     def _ensure_directory(self, task: Task) -> None:
         expected = STATUS_DIRS[task.status]
@@ -157,22 +221,32 @@ class ContextStore:
 
     # -- reads ----------------------------------------------------------------------------
 
-    async def snapshot(self, task_uuid: str, file_name: Literal["messages", "current"]) -> Snapshot:
+    async def snapshot(
+        self, task_uuid: str, file_name: Literal["messages", "current"], thread_id: int = 0
+    ) -> Snapshot:
         """Open a committed view of ``messages`` or ``current``; the caller closes it."""
-        async with self.locked(task_uuid) as locked:
-            head = await self.recovered_head(locked)
-            directory = self.task_dir(locked.task)
-            handle, metadata = await asyncio.to_thread(_open_snapshot, directory, file_name)
-        return Snapshot(task=locked.task, head=head, handle=handle, metadata=metadata)
+        async with self.locked(task_uuid, thread_id) as locked:
+            return await self.open_snapshot(locked, file_name)
 
-    async def head(self, task_uuid: str) -> tuple[Task, HeadState]:
-        async with self.locked(task_uuid) as locked:
+    async def open_snapshot(
+        self, locked: LockedTask, file_name: Literal["messages", "current"]
+    ) -> Snapshot:
+        """:meth:`snapshot` of a context whose task lock is held."""
+        head = await self.recovered_head(locked)
+        handle, metadata = await asyncio.to_thread(
+            _open_snapshot, self.task_dir(locked.task), self.files(locked), file_name
+        )
+        return Snapshot(context=locked, head=head, handle=handle, metadata=metadata)
+
+    async def head(self, task_uuid: str, thread_id: int = 0) -> LockedTask:
+        """The context with its head recovered (and the task row as the repair left it)."""
+        async with self.locked(task_uuid, thread_id) as locked:
             recovery = await self._recover(locked)
             task = locked.task
             if recovery.changed:  # the repair moved the row's statistics: answer with them
                 async with self.db.reader() as session:
                     task = await session.get(Task, task_uuid) or task
-            return task, recovery.head
+            return dataclasses.replace(locked, task=task, head=recovery.head)
 
     async def recovered_head(self, locked: LockedTask) -> HeadState:
         """The committed head, after repairing the files if needed. Hold the task lock."""
@@ -180,36 +254,60 @@ class ContextStore:
 
     async def _recover(self, locked: LockedTask) -> Recovery:
         task = locked.task
-        files = ContextFiles(self.task_dir(task))
         recovery = await asyncio.to_thread(
-            recover, files, locked.head, fsync=self.fsync, context=f"task {task.uuid}"
+            recover,
+            self.files(locked),
+            locked.head,
+            fsync=self.fsync,
+            context=f"task {task.uuid} thread {locked.thread_id}",
         )
         if recovery.changed:
-            await self._save(task, recovery, recovery.head, StatsDelta(), [])
+            await self._save(locked, recovery, recovery.head, StatsDelta(), [])
         return recovery
 
     # -- appends --------------------------------------------------------------------------
 
     async def append(
-        self, task_uuid: str, messages: list[dict[str, Any]], idempotency_key: str | None
+        self,
+        task_uuid: str,
+        messages: list[dict[str, Any]],
+        idempotency_key: str | None,
+        thread_id: int = 0,
     ) -> tuple[dict[str, Any], bool]:
-        """Append a batch; returns the append response and whether it was a replay."""
+        """Append a batch to a context; returns the append response and whether it was a
+        replay."""
         future: asyncio.Future[tuple[dict[str, Any], bool]] = (
             asyncio.get_running_loop().create_future()
         )
-        self._pending.setdefault(task_uuid, []).append(
+        if idempotency_key is not None and thread_id:
+            # Keys are registered per task: a thread's get its id in front.
+            idempotency_key = f"thread-{thread_id}:{idempotency_key}"
+        context = (task_uuid, thread_id)
+        self._pending.setdefault(context, []).append(
             _PendingAppend(messages, idempotency_key, future)
         )
-        if task_uuid not in self._drainers:
-            self._drainers[task_uuid] = asyncio.create_task(self._drain(task_uuid))
+        if context not in self._drainers:
+            self._drainers[context] = asyncio.create_task(self._drain(context))
         # A client that goes away must not cancel a commit other clients wait on.
         return await asyncio.shield(future)
 
-    async def _drain(self, task_uuid: str) -> None:
+    async def append_locked(
+        self, locked: LockedTask, messages: list[dict[str, Any]]
+    ) -> tuple[HeadState, dict[str, Any]]:
+        """Append one batch to a context whose task lock is held (no group commit, no key);
+        returns the new head and the append response."""
+        future: asyncio.Future[tuple[dict[str, Any], bool]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        head = await self._write_and_save(locked, [_PendingAppend(messages, None, future)])
+        response, _ = future.result()
+        return head, response
+
+    async def _drain(self, context: tuple[str, int]) -> None:
         try:
-            while group := self._pending.pop(task_uuid, None):
+            while group := self._pending.pop(context, None):
                 try:
-                    await self._commit_group(task_uuid, group)
+                    await self._commit_group(context, group)
                 except BaseException as exc:
                     for pending in group:
                         if not pending.future.done():
@@ -217,41 +315,44 @@ class ContextStore:
                     if not isinstance(exc, Exception):
                         raise
         finally:
-            del self._drainers[task_uuid]
+            del self._drainers[context]
 
-    async def _commit_group(self, task_uuid: str, group: list[_PendingAppend]) -> None:
-        async with self.locked(task_uuid) as locked:
-            task, head = locked.task, locked.head
-            if task.status != "running":
-                raise TaskNotWritable(task_uuid, task.status, "take messages")
-            keys = [p.idempotency_key for p in group if p.idempotency_key]
-            known = {}
-            if keys:
-                async with self.db.reader() as session:
-                    known = await load_idempotency_keys(session, task_uuid, keys)
-            files = ContextFiles(self.task_dir(task))
-            outcome = await asyncio.to_thread(
-                self._write_group, files, task.token_counter, head, group, known
-            )
-            if outcome.recovery.changed or outcome.head != head:  # refusals change nothing
-                await self._save(
-                    task,
-                    outcome.recovery,
-                    outcome.head,
-                    outcome.stats,
-                    outcome.new_keys,
-                )
+    async def _commit_group(self, context: tuple[str, int], group: list[_PendingAppend]) -> None:
+        async with self.locked(*context) as locked:
+            new_head = await self._write_and_save(locked, group, resolve=False)
         scheduled = False
-        if self.after_commit is not None and outcome.head != head:
-            scheduled = await self.after_commit(task, head, outcome.head)
+        if self.after_commit is not None and new_head != locked.head:
+            scheduled = await self.after_commit(locked, locked.head, new_head)
+        _resolve(group, scheduled)
+
+    async def _write_and_save(
+        self, locked: LockedTask, group: list[_PendingAppend], *, resolve: bool = True
+    ) -> HeadState:
+        """Write a group to the locked context and commit it; the futures get their answers
+        (one per append) here or, with ``resolve=False``, from the caller."""
+        task, head = locked.task, locked.head
+        if task.status != "running":
+            raise TaskNotWritable(task.uuid, task.status, "take messages")
+        thread = locked.thread
+        if thread is not None and thread.status != "active":
+            raise ThreadNotActive(task.uuid, thread.thread_id, thread.status)
+        keys = [p.idempotency_key for p in group if p.idempotency_key]
+        known = {}
+        if keys:
+            async with self.db.reader() as session:
+                known = await load_idempotency_keys(session, task.uuid, keys)
+        outcome = await asyncio.to_thread(
+            self._write_group, self.files(locked), task.token_counter, head, group, known
+        )
+        if outcome.recovery.changed or outcome.head != head:  # refusals change nothing
+            await self._save(
+                locked, outcome.recovery, outcome.head, outcome.stats, outcome.new_keys
+            )
         for pending, result in zip(group, outcome.results, strict=True):
-            if isinstance(result, AppError):
-                pending.future.set_exception(result)
-            else:
-                response, replayed = result
-                if not replayed:
-                    response = {**response, "compaction_scheduled": scheduled}
-                pending.future.set_result((response, replayed))
+            pending.result = result
+        if resolve:
+            _resolve(group, False)
+        return outcome.head
 
     def _write_group(
         self,
@@ -299,30 +400,37 @@ class ContextStore:
         outcome.stats = accumulator.stats
         return outcome
 
-    async def save_head(self, task_uuid: str, head: HeadState, *, compactions: int = 0) -> None:
+    async def save_head(self, locked: LockedTask, head: HeadState, *, compactions: int = 0) -> None:
         """Commit a head rebuilt by a compaction or rewind. Hold the task lock."""
         counters = {
             "compression_count": Task.compression_count + compactions,
             "total_summaries": Task.total_summaries + compactions,
         }
-        await self._commit_head(task_uuid, head, counters, [])
+        await self._commit_head(locked, head, counters, [])
 
     async def _save(
         self,
-        task: Task,
+        locked: LockedTask,
         recovery: Recovery,
         head: HeadState,
         stats: StatsDelta,
         new_keys: list[IdempotentResult],
     ) -> None:
+        task = locked.task
         keys = [*recovery.idempotent_results, *new_keys]
-        values = _stats_values(recovery, stats)
+        values = _stats_values(recovery, stats, locked.thread_id)
         # Only a usage appended now answers the payload served last (not one found in history
         # by a recovery).
         reported = stats.reported_prompt_tokens
         if reported is not None and task.served_tokens is not None:
             values |= self._calibrated(task, task.served_tokens, reported)
-        await self._commit_head(task.uuid, head, values, keys)
+        thread_values = {}
+        if locked.thread_id:
+            delta = recovery.stats.add(stats).messages
+            thread_values["message_count"] = (
+                delta if recovery.stats_are_totals else Thread.message_count + delta
+            )
+        await self._commit_head(locked, head, values, keys, thread_values)
 
     def _calibrated(self, task: Task, served: int, reported: int) -> dict[str, Any]:
         """Task values after an LLM reported ``reported`` prompt tokens for our ``served``."""
@@ -359,20 +467,29 @@ class ContextStore:
 
     async def _commit_head(
         self,
-        task_uuid: str,
+        locked: LockedTask,
         head: HeadState,
         task_values: dict[str, Any],
         keys: list[IdempotentResult],
+        thread_values: dict[str, Any] | None = None,
     ) -> None:
-        """Move the committed head, update the task row and register keys: one transaction."""
+        """Move the committed head, update the task (and thread) row and register keys: one
+        transaction."""
         now = datetime.now(UTC)
+        task_uuid = locked.task.uuid
         async with self.db.transaction() as session:
             # Core statements on the connection: the ORM's DML bookkeeping costs as much again.
             connection = await session.connection()
-            await connection.execute(_head_update(task_uuid, head))
+            await connection.execute(_head_update(task_uuid, locked.thread_id, head))
             await connection.execute(
                 update(Task).where(Task.uuid == task_uuid).values(updated_at=now, **task_values)
             )
+            if thread_values:
+                await connection.execute(
+                    update(Thread)
+                    .where(Thread.task_uuid == task_uuid, Thread.thread_id == locked.thread_id)
+                    .values(**thread_values)
+                )
             for result in keys:
                 await session.merge(
                     IdempotencyKey(
@@ -385,16 +502,17 @@ class ContextStore:
                 )
 
 
-def _open_snapshot(directory: Path, file_name: str) -> tuple[BinaryIO, dict[str, Any]]:
-    metadata = orjson.loads((directory / METADATA).read_bytes())
-    files = ContextFiles(directory)
+def _open_snapshot(
+    task_dir: Path, files: ContextFiles, file_name: str
+) -> tuple[BinaryIO, dict[str, Any]]:
+    metadata = orjson.loads((task_dir / METADATA).read_bytes())
     return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
 
 
-def _head_update(task_uuid: str, head: HeadState) -> Update:
+def _head_update(task_uuid: str, thread_id: int, head: HeadState) -> Update:
     return (
         update(ContextHead)
-        .where(ContextHead.task_uuid == task_uuid, ContextHead.thread_id == 0)
+        .where(ContextHead.task_uuid == task_uuid, ContextHead.thread_id == thread_id)
         .values(**dataclasses.asdict(head))
     )
 
@@ -411,7 +529,13 @@ def _replay(
     return prior.response, True
 
 
-def _stats_values(recovery: Recovery, stats: StatsDelta) -> dict[str, Any]:
+def _stats_values(recovery: Recovery, stats: StatsDelta, thread_id: int) -> dict[str, Any]:
+    """The task's statistics after a commit; they count the messages of all its contexts."""
+    if recovery.stats_are_totals and thread_id:
+        # A thread's history was re-read from scratch: its totals are not the task's, and what
+        # it lost is unknown. The task's figures stay as they were.
+        log.warning("thread %d: statistics not updated after rebuilding it", thread_id)
+        return {}
     if recovery.stats_are_totals:
         totals = recovery.stats.add(stats)
         return {
@@ -439,6 +563,11 @@ def _head_state(row: ContextHead) -> HeadState:
         open_tool_calls=list(row.open_tool_calls),
         format_tokens=dict(row.format_tokens or {}),
     )
+
+
+async def load_threads(session: AsyncSession, task_uuid: str) -> dict[int, Thread]:
+    rows = await session.scalars(select(Thread).where(Thread.task_uuid == task_uuid))
+    return {t.thread_id: t for t in rows}
 
 
 async def load_idempotency_keys(

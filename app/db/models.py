@@ -152,6 +152,7 @@ class Thread(Base):
     label: Mapped[str | None] = mapped_column(String(255))
     chronicle_summary: Mapped[str | None] = mapped_column(Text)
     chronicle_prompt: Mapped[str | None] = mapped_column(Text)
+    message_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 

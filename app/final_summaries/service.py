@@ -9,22 +9,19 @@ up with a summary.
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import orjson
+from typing import Any
 
 from app.compaction.summarizer import Summarizer
-from app.context.files import ContextFiles
+from app.context.files import ContextFiles, History
 from app.context.store import ContextStore
 from app.db.models import Job
 from app.errors import Conflict
 from app.final_summaries.prompt import FINAL_SUMMARY_PROMPT, header
 from app.jobs.queue import JobQueue
 from app.llm.errors import LLMError
-from app.storage.jsonl import iter_lines, write_atomic
+from app.storage.jsonl import write_atomic
 from app.storage.layout import FINAL_SUMMARY
 from app.tasks.lifecycle import FINISHED
 
@@ -75,7 +72,7 @@ class FinalSummaryService:
                 log.warning("task %s: no backend %r; extractive summary", task.uuid, backend)
                 backend = "extractive"
             handle = await asyncio.to_thread(open, files.messages, "rb")
-        history = _History(handle, head.messages_bytes)
+        history = History(handle, head.messages_bytes)
         try:
             try:
                 text = await self._summarize(history, backend)
@@ -84,7 +81,7 @@ class FinalSummaryService:
                 if job.attempts < job.max_attempts:
                     raise
                 log.warning("task %s: final summary by the extractive digest: %s", task.uuid, exc)
-                history = _History(handle, head.messages_bytes)
+                history = History(handle, head.messages_bytes)
                 text = await self._summarize(history, "extractive")
                 summarizer = f"extractive (after {exc.backend} failed)"
         finally:
@@ -99,7 +96,7 @@ class FinalSummaryService:
         log.info("task %s: final summary written (%d characters)", task.uuid, len(content))
         return {"summarizer": summarizer, "messages": history.count, "characters": len(content)}
 
-    async def _summarize(self, history: "_History", backend: str | None) -> str:
+    async def _summarize(self, history: History, backend: str | None) -> str:
         return await self.summarizer.summarize(
             iter(history), backend, prompt=FINAL_SUMMARY_PROMPT, max_tokens=self.max_tokens
         )
@@ -128,19 +125,3 @@ def read_final_summary(directory: Path) -> str | None:
         return (directory / FINAL_SUMMARY).read_text()
     except FileNotFoundError:
         return None
-
-
-class _History:
-    """The task's messages (no compaction markers) from messages.jsonl, counted as they go."""
-
-    def __init__(self, handle: BinaryIO, end: int) -> None:
-        self.handle = handle
-        self.end = end
-        self.count = 0
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        for _, line in iter_lines(self.handle, 0, self.end):
-            record: dict[str, Any] = orjson.loads(line)
-            if "marker" not in record:
-                self.count += 1
-                yield record

@@ -58,11 +58,12 @@ class JournalService:
         return record
 
     async def page(
-        self, task_uuid: str, after: int, limit: int
+        self, task_uuid: str, after: int, limit: int, thread_id: int = 0
     ) -> tuple[list[dict[str, Any]], bool]:
-        """Up to ``limit`` records after ``after``, and whether more follow them."""
-        async with self.store.locked(task_uuid) as locked:
-            path = self.store.task_dir(locked.task) / self.file_name
+        """Up to ``limit`` records after ``after`` (in a thread's directory for a thread's
+        journal), and whether more follow them."""
+        async with self.store.locked(task_uuid, thread_id) as locked:
+            path = self.store.files(locked).directory / self.file_name
             # Under the lock, cut a torn tail so that `end` is a line boundary.
             end = await asyncio.to_thread(
                 repair_tail, path, fsync=self.store.fsync, context=task_uuid

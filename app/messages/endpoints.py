@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Query, Response, status
 
-from app.api.deps import ServicesDep, TaskUUID
+from app.api.deps import ServicesDep, TaskUUID, ThreadID
 from app.api.errors import ERROR_RESPONSES
 from app.messages.schemas import AppendBody, AppendResult, MessagePage
 
@@ -58,9 +58,11 @@ async def append_messages(
         str | None,
         Header(max_length=255, description="A retried POST with the same key appends nothing."),
     ] = None,
+    thread_id: ThreadID = 0,
 ) -> AppendResult:
-    """Append one message or a batch; durable before the answer."""
-    result, replayed = await services.messages.append(uuid, body, idempotency_key)
+    """Append one message or a batch to the task's root context or one of its active threads;
+    durable before the answer."""
+    result, replayed = await services.messages.append(uuid, body, idempotency_key, thread_id)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return result
@@ -72,6 +74,7 @@ async def list_messages(
     services: ServicesDep,
     after_seq: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    thread_id: ThreadID = 0,
 ) -> MessagePage:
-    """The full history (messages.jsonl), paginated by seq."""
-    return await services.messages.history(uuid, after_seq, limit)
+    """The full history of a context (its messages.jsonl), paginated by seq."""
+    return await services.messages.history(uuid, after_seq, limit, thread_id)

@@ -19,7 +19,11 @@ class MessageService:
         self.metrics = metrics
 
     async def append(
-        self, task_uuid: str, body: MessageIn | MessageBatch, idempotency_key: str | None
+        self,
+        task_uuid: str,
+        body: MessageIn | MessageBatch,
+        idempotency_key: str | None,
+        thread_id: int = 0,
     ) -> tuple[AppendResult, bool]:
         """Append one message or a batch; returns the result and whether it was a replay."""
         messages = body.messages if isinstance(body, MessageBatch) else [body]
@@ -30,15 +34,17 @@ class MessageService:
                 details={"messages": len(messages), "limit": self.settings.max_batch_messages},
             )
         response, replayed = await self.store.append(
-            task_uuid, [m.fields() for m in messages], idempotency_key
+            task_uuid, [m.fields() for m in messages], idempotency_key, thread_id
         )
         result = AppendResult.model_validate(response)
         if self.metrics is not None and not replayed:  # committed now; a replay appends nothing
             self.metrics.appended(len(result.seqs))
         return result, replayed
 
-    async def history(self, task_uuid: str, after_seq: int, limit: int) -> MessagePage:
-        snapshot = await self.store.snapshot(task_uuid, "messages")
+    async def history(
+        self, task_uuid: str, after_seq: int, limit: int, thread_id: int = 0
+    ) -> MessagePage:
+        snapshot = await self.store.snapshot(task_uuid, "messages", thread_id)
         try:
             records = await asyncio.to_thread(
                 read_page,

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import ServicesDep, TaskUUID
+from app.api.deps import ServicesDep, TaskUUID, ThreadID
 from app.api.errors import ERROR_RESPONSES
 from app.payloads.schemas import ContextView, FormatName
 
@@ -52,16 +52,31 @@ _REQUEST_EXAMPLE: dict[str, Any] = {
                     "description": "Real tokens per counted token (the budget is divided by it)",
                     "schema": {"type": "number"},
                 },
+                "X-Thread-Tokens": {
+                    "description": "A thread's payload: the tokens of its own context",
+                    "schema": {"type": "integer"},
+                },
+                "X-Thread-Budget": {
+                    "description": "A thread's payload: its own share of the budget",
+                    "schema": {"type": "integer"},
+                },
+                "X-Protected-Tokens": {
+                    "description": "A thread's payload: the tokens of its ancestors' protected "
+                    "regions, which precede its own messages",
+                    "schema": {"type": "integer"},
+                },
             },
         }
     },
 )
 async def get_request(
-    uuid: TaskUUID, services: ServicesDep, format: FormatQuery = None
+    uuid: TaskUUID, services: ServicesDep, format: FormatQuery = None, thread_id: ThreadID = 0
 ) -> StreamingResponse:
     """The assembled LLM request payload, streamed from current.jsonl: OpenAI's chat
-    completions (also LM Studio's), Anthropic's messages or Ollama's chat request."""
-    payload = await services.payloads.request(uuid, format)
+    completions (also LM Studio's), Anthropic's messages or Ollama's chat request. For a
+    thread: the protected regions of the contexts above it (their latest messages, root
+    first), then its own context."""
+    payload = await services.payloads.request(uuid, format, thread_id)
     return StreamingResponse(payload.body, media_type="application/json", headers=payload.headers)
 
 
@@ -71,9 +86,10 @@ async def get_request(
     responses={200: {"model": ContextView, "description": "The effective context, annotated."}},
 )
 async def get_context(
-    uuid: TaskUUID, services: ServicesDep, format: FormatQuery = None
+    uuid: TaskUUID, services: ServicesDep, format: FormatQuery = None, thread_id: ThreadID = 0
 ) -> StreamingResponse:
     """The effective context with per-message tokens, budget, threshold and next action."""
     return StreamingResponse(
-        await services.payloads.context_view(uuid, format), media_type="application/json"
+        await services.payloads.context_view(uuid, format, thread_id),
+        media_type="application/json",
     )

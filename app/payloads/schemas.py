@@ -19,8 +19,15 @@ class ContextEntry(BaseModel):
     message: dict[str, Any]
 
 
+class ProtectedEntry(BaseModel):
+    thread_id: int = Field(description="The context above this one it comes from (0: root).")
+    tokens: int
+    message: dict[str, Any]
+
+
 class ContextView(BaseModel):
     uuid: str
+    thread_id: int = Field(description="0: the task's root context; else a thread.")
     format: FormatName = Field(description="The payload format the tokens are counted in.")
     tokens: int = Field(description="Counted tokens of the payload /request would serve now.")
     budget: int = Field(
@@ -40,4 +47,11 @@ class ContextView(BaseModel):
     )
     message_count: int
     last_seq: int
+    protected_tokens: int = Field(
+        description="What the protected regions of the contexts above a thread add to its "
+        "payload (0 for the root); tokens, budget and window are the thread's own."
+    )
+    protected: list[ProtectedEntry] = Field(
+        description="Those regions' messages, root first: they precede the thread's own."
+    )
     messages: list[ContextEntry]

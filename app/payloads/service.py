@@ -7,13 +7,15 @@ from typing import Any
 import orjson
 
 from app.compaction.service import CompactionService
-from app.context.store import ContextStore, Snapshot
+from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
 from app.errors import Conflict, TooLarge
-from app.formats import FORMATS, PayloadFormat, counting_format, provider_format
+from app.formats import FORMATS, PayloadFormat, provider_format
+from app.payloads.assembly import Assembler, Assembly
 from app.payloads.streaming import stream_lines
 from app.planning.pinning import pinned_line, with_pinned
 from app.tasks.service import TaskService, tools_tokens
+from app.threads.anchors import with_anchors
 from app.tokens.counters import TextCounter
 
 
@@ -30,23 +32,29 @@ class PayloadService:
         self.store = store
         self.tasks = tasks
         self.compaction = compaction
+        self.assembler = Assembler(store, lambda task: tasks.budget(task).allowed)
 
-    async def request(self, task_uuid: str, format_name: str | None) -> PayloadStream:
-        """The request payload in a provider's format (default: the task's provider's);
-        never over the task's budget as that format counts (SPEC §3.3)."""
-        snapshot = await self.store.snapshot(task_uuid, "current")
-        name = format_name or provider_format(snapshot.task.llm_provider)
-        counted_as = counting_format(name)
+    async def request(
+        self, task_uuid: str, format_name: str | None, thread_id: int = 0
+    ) -> PayloadStream:
+        """The request payload of a context in a provider's format (default: the task's
+        provider's); never over the budget as that format counts (SPEC §3.3). A thread's own
+        context is compacted within its own share; its ancestors' regions fit theirs."""
+        assembly = await self.assembler.open(task_uuid, thread_id, format_name)
+        name, counted_as = assembly.format, assembly.counted_as
         for _ in range(3):  # appends may race the compaction; each round re-checks
-            task, head = snapshot.task, snapshot.head
-            tokens = self.tasks.payload_tokens(task, head, counted_as)
-            if tokens <= self.tasks.budget(task).allowed or task.status != "running":
+            context, head = assembly.context, assembly.snapshot.head
+            tokens = self.tasks.payload_tokens(context.task, head, counted_as)
+            if tokens <= self.tasks.context_budget(context).allowed:
                 break
-            snapshot.close()
-            await self.compaction.fit(task_uuid, counted_as)
-            snapshot = await self.store.snapshot(task_uuid, "current")
+            if context.task.status != "running" or _ended(context):
+                break
+            assembly.snapshot.close()
+            await self.compaction.fit(task_uuid, counted_as, thread_id=thread_id)
+            assembly = await self.assembler.open(task_uuid, thread_id, name)
+        snapshot = assembly.snapshot
         try:
-            tokens, headers = self._check_servable(snapshot, counted_as)
+            tokens, headers = self._check_servable(assembly, counted_as)
             # The LLM's report is about the payload the agent sent it: one in the format of the
             # task's provider (a dashboard's look in another format is no evidence).
             task = snapshot.task
@@ -62,49 +70,67 @@ class PayloadService:
             max_output_tokens=snapshot.task.max_output_tokens,
             context_length=snapshot.task.context_length,
         )
-        render = with_pinned(payload_format.renderer(), pinned_line(snapshot.task))
-        body = stream_lines(snapshot, snapshot.head.current_bytes, prefix, suffix, render)
+        render = with_pinned(
+            with_anchors(payload_format.renderer(), assembly.anchors), pinned_line(snapshot.task)
+        )
+        body = stream_lines(
+            snapshot, snapshot.head.current_bytes, prefix, suffix, render, lead=assembly.lead
+        )
         return PayloadStream(body=body, headers=headers)
 
-    def _check_servable(self, snapshot: Snapshot, counted_as: str) -> tuple[int, dict[str, str]]:
-        task, head = snapshot.task, snapshot.head
-        budget = self.tasks.budget(task)
-        tokens = self.tasks.payload_tokens(task, head, counted_as)
-        if head.current_messages == 0:
+    def _check_servable(self, assembly: Assembly, counted_as: str) -> tuple[int, dict[str, str]]:
+        context, head = assembly.context, assembly.snapshot.head
+        task = context.task
+        budget = self.tasks.context_budget(context)
+        own = self.tasks.payload_tokens(task, head, counted_as)
+        if head.current_messages == 0 and not assembly.protected:
             raise Conflict(
                 f"task {task.uuid} has no messages yet", code="context_empty", details={}
             )
-        if tokens > budget.allowed:
+        if own > budget.allowed:
             raise TooLarge(
-                f"the context has {tokens} tokens; the budget is {budget.allowed}",
+                f"the context has {own} tokens; the budget is {budget.allowed}",
                 code="context_over_budget",
-                details={"tokens": tokens, "budget": budget.allowed, "window": budget.window},
+                details={"tokens": own, "budget": budget.allowed, "window": budget.window},
             )
-        return tokens, {
+        tokens = own + assembly.protected_tokens
+        headers = {
             "X-Context-Tokens": str(tokens),
-            "X-Context-Budget": str(budget.allowed),
+            "X-Context-Budget": str(self.tasks.budget(task).allowed),
             "X-Token-Counter": self._counter(task).name,
             "X-Token-Calibration": str(task.token_calibration),
         }
+        if context.thread_id:
+            headers |= {
+                "X-Thread-Tokens": str(own),
+                "X-Thread-Budget": str(budget.allowed),
+                "X-Protected-Tokens": str(assembly.protected_tokens),
+            }
+        return tokens, headers
 
     def _counter(self, task: Task) -> TextCounter:
         return self.store.counting.counter(task.token_counter)
 
-    async def context_view(self, task_uuid: str, format_name: str | None) -> AsyncIterator[bytes]:
-        """The effective context with per-message tokens, budget and what would happen next."""
-        snapshot = await self.store.snapshot(task_uuid, "current")
-        task, head = snapshot.task, snapshot.head
-        name = format_name or provider_format(task.llm_provider)
-        counted_as = counting_format(name)
+    async def context_view(
+        self, task_uuid: str, format_name: str | None, thread_id: int = 0
+    ) -> AsyncIterator[bytes]:
+        """A context with per-message tokens, budget and what would happen next (a thread's
+        with its ancestors' protected messages first)."""
+        assembly = await self.assembler.open(task_uuid, thread_id, format_name)
+        name, counted_as = assembly.format, assembly.counted_as
+        snapshot = assembly.snapshot
+        context, head = assembly.context, snapshot.head
+        task = context.task
         try:
-            next_step = await self.compaction.dry_run(task_uuid, counted_as)
+            next_step = await self.compaction.dry_run(task_uuid, counted_as, thread_id=thread_id)
         except BaseException:
             snapshot.close()
             raise
-        budget = self.tasks.budget(task)
+        budget = self.tasks.context_budget(context)
         tokens = self.tasks.payload_tokens(task, head, counted_as)
         overview = {
             "uuid": task.uuid,
+            "thread_id": context.thread_id,
             "format": name,
             "tokens": tokens,
             "budget": budget.allowed,
@@ -122,16 +148,30 @@ class PayloadService:
             "next_step": next_step,
             "message_count": head.current_messages,
             "last_seq": head.last_seq,
+            "protected_tokens": assembly.protected_tokens,
+            "protected": [
+                {
+                    "thread_id": p.thread_id,
+                    "tokens": p.tokens,
+                    "message": orjson.Fragment(p.line.rstrip()),
+                }
+                for p in assembly.protected
+            ],
         }
         prefix = orjson.dumps(overview)[:-1] + b',"messages":['
+        entries = _ContextEntries(self._counter(task), FORMATS[name])
         return stream_lines(
             snapshot,
             head.current_bytes,
             prefix,
             b"]}",
-            with_pinned(_ContextEntries(self._counter(task), FORMATS[name]), pinned_line(task)),
+            with_pinned(with_anchors(entries, assembly.anchors), pinned_line(task)),
             offload=True,
         )
+
+
+def _ended(context: LockedTask) -> bool:
+    return context.thread is not None and context.thread.status != "active"
 
 
 class _ContextEntries:

@@ -36,10 +36,14 @@ async def stream_lines(
     render: Callable[[bytes, bool], bytes],
     *,
     offload: bool = False,
+    lead: bytes = b"",
 ) -> AsyncIterator[bytes]:
-    """prefix + render(chunk) for each chunk + suffix; closes the snapshot when done."""
+    """prefix + render(lead) + render(chunk) for each chunk + suffix; closes the snapshot
+    when done. ``lead``: whole lines that go before the snapshot's (a thread's ancestors')."""
     try:
         yield prefix
+        if lead:
+            yield render(lead, size == 0)
         async for chunk, last in committed_chunks(snapshot, size):
             if offload:
                 yield await asyncio.to_thread(render, chunk, last)

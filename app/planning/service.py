@@ -52,7 +52,7 @@ class PlanningService:
         before = self.tasks.payload_tokens(task, locked.head, fmt)
         for name, value in values.items():
             setattr(task, name, value)  # a detached row: only this request's view changes
-        await self.tasks.schedule_condense(task, locked.head, locked.head, tokens_before=before)
+        await self.tasks.schedule_condense(locked, locked.head, locked.head, tokens_before=before)
 
     def _message(
         self, task: Task, entry: dict[str, Any], limit: int

@@ -2,6 +2,7 @@
 
 CONTEXT_DIR/
   running/{uuid}/  paused/{uuid}/  completed/{uuid}/   (completed also holds failed tasks)
+    threads/{id}/    a thread's own context files (its messages, current, summaries)
   .staging/{uuid}/   a task being created, before its row is committed
   .trash/{uuid}/     a task being deleted, before its row is gone
   .locks/{uuid}.lock per-task lock files (stable paths: task directories move)
@@ -29,6 +30,12 @@ TOOLS = "tools.jsonl"
 PLANNING = "planning.jsonl"
 SUMMARIES = "summaries.jsonl"
 FINAL_SUMMARY = "final_summary.txt"
+THREADS = "threads"
+
+
+def context_dir(task_dir: Path, thread_id: int) -> Path:
+    """Where a context's files live: the task's directory for the root (thread 0)."""
+    return task_dir / THREADS / str(int(thread_id)) if thread_id else task_dir
 
 
 def canonical_uuid(value: str) -> str:

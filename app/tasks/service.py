@@ -22,7 +22,7 @@ from app.compaction.policy import (
 from app.config import Settings
 from app.context.files import ContextFiles, write_group
 from app.context.records import ContextAccumulator, HeadState, StatsDelta
-from app.context.store import ContextStore, utc_timestamp
+from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.db.models import ContextHead, Job, Task, Thread
 from app.errors import Conflict, InvalidInput, StorageError
 from app.formats import FORMATS, native_format
@@ -34,6 +34,7 @@ from app.tasks import lifecycle, repository
 from app.tasks.presenters import task_out
 from app.tasks.schemas import TaskCreate
 from app.tasks.views import TaskView
+from app.threads.windows import chain_ratios
 from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.costs import in_format
 from app.webhooks.selection import EVENTS, check_chosen, hooks_for
@@ -70,6 +71,10 @@ class TaskService:
             task.model, task.context_length, task.max_output_tokens, task.token_calibration
         )
 
+    def context_budget(self, context: LockedTask) -> Budget:
+        """The budget of one context: the task's, or a thread's share of it (seed 003)."""
+        return self.budget(context.task).share(chain_ratios(context.thread_id, context.threads))
+
     def _budget(self, model: str, window: int, reserved: int, calibration: float = 1.0) -> Budget:
         settings = self.settings
         share = effective_threshold(
@@ -101,16 +106,23 @@ class TaskService:
         return tokens
 
     async def schedule_condense(
-        self, task: Task, before: HeadState, after: HeadState, *, tokens_before: int | None = None
+        self,
+        context: LockedTask,
+        before: HeadState,
+        after: HeadState,
+        *,
+        tokens_before: int | None = None,
     ) -> bool:
-        """Condense in the background when a change (an append: ``before`` -> ``after``; a new
-        pinned plan: ``tokens_before`` -> now) crosses the threshold (SPEC §6)."""
-        budget = self.budget(task)
+        """Condense a context in the background when a change (an append: ``before`` ->
+        ``after``; a new pinned plan: ``tokens_before`` -> now) crosses its threshold
+        (SPEC §6)."""
+        task = context.task
+        budget = self.context_budget(context)
         fmt = native_format(task.llm_provider)
         old = self.payload_tokens(task, before, fmt) if tokens_before is None else tokens_before
         new = self.payload_tokens(task, after, fmt)
         if old < budget.threshold <= new or new > budget.allowed:
-            await self.jobs.enqueue_once(task.uuid, "condense")
+            await self.jobs.enqueue_once(task.uuid, "condense", context.thread_id)
             return True
         return False
 
@@ -285,8 +297,8 @@ class TaskService:
     # -- read -----------------------------------------------------------------------------
 
     async def get(self, task_uuid: str) -> TaskView:
-        task, head = await self.store.head(task_uuid)
-        return self.view(task, head)
+        context = await self.store.head(task_uuid)
+        return self.view(context.task, context.head)
 
     async def list(self, **query: Any) -> list[Task]:
         async with self.store.db.reader() as session:

@@ -1,10 +1,14 @@
 """/tasks/{uuid}/threads: nested contexts (SPEC §8)."""
 
-from fastapi import APIRouter, status
+from typing import Annotated
+
+from fastapi import APIRouter, Path, status
 
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
-from app.threads.schemas import ThreadCreate, ThreadOut
+from app.threads.schemas import ThreadCreate, ThreadEnd, ThreadOut
+
+ThreadPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="The thread's id.")]
 
 router = APIRouter(prefix="/tasks/{uuid}/threads", tags=["threads"], responses=ERROR_RESPONSES)
 
@@ -20,3 +24,23 @@ async def start_thread(uuid: TaskUUID, body: ThreadCreate, services: ServicesDep
 async def thread_tree(uuid: TaskUUID, services: ServicesDep) -> ThreadOut:
     """The task's contexts as a tree: the root (thread 0) and its threads, with windows."""
     return await services.threads.tree(uuid)
+
+
+@router.post("/{thread_id}/end", response_model=ThreadOut)
+async def end_thread(
+    uuid: TaskUUID, thread_id: ThreadPath, body: ThreadEnd, services: ServicesDep
+) -> ThreadOut:
+    """End a thread (completed): it takes no more messages; its chronicle is written by a job
+    into its record and its parent's context. 409 while threads under it are active, unless
+    ``cascade`` (which aborts them)."""
+    return await services.threads.end(uuid, thread_id, body, abort=False)
+
+
+@router.post("/{thread_id}/abort", response_model=ThreadOut)
+async def abort_thread(
+    uuid: TaskUUID, thread_id: ThreadPath, body: ThreadEnd, services: ServicesDep
+) -> ThreadOut:
+    """Abort a thread, with a partial chronicle if it has messages (unless
+    ``generate_chronicle`` is false); 409 while threads under it are active, unless
+    ``cascade``."""
+    return await services.threads.end(uuid, thread_id, body, abort=True)

@@ -28,6 +28,21 @@ class ThreadCreate(BaseModel):
     chronicle_prompt: str | None = Field(None, max_length=100_000)
 
 
+class ThreadEnd(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"generate_chronicle": True, "cascade": False}]},
+    )
+    generate_chronicle: bool = Field(
+        True,
+        description="Summarise the thread (chronicle_prompt or the default) into its record "
+        "and its parent's context; for an abort, a partial chronicle.",
+    )
+    cascade: bool = Field(
+        False, description="Abort the active threads under it too; without it they make a 409."
+    )
+
+
 class ThreadOut(BaseModel):
     thread_id: int
     parent_thread_id: int | None = Field(description="null for the root context (thread 0).")
@@ -38,6 +53,7 @@ class ThreadOut(BaseModel):
     label: str | None
     chronicle_prompt: str | None
     chronicle_summary: str | None
+    message_count: int = Field(description="Messages the context has taken.")
     created_at: datetime | None
     completed_at: datetime | None
     children: list["ThreadOut"] = Field(default_factory=list)

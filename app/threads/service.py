@@ -1,15 +1,24 @@
-"""Starting threads and reading the tree (SPEC §8)."""
+"""Starting, ending and aborting threads, and reading the tree (SPEC §8)."""
 
+import asyncio
+import dataclasses
 import logging
 from datetime import UTC, datetime
+from pathlib import Path
 
 from sqlalchemy import select
 
 from app.config import Settings
-from app.context.store import ContextStore
-from app.db.models import Task, Thread
-from app.errors import Conflict, NotFound, TaskNotFound, TaskNotWritable
-from app.threads.schemas import ThreadCreate, ThreadOut
+from app.context.store import ContextStore, LockedTask
+from app.db.models import ContextHead, Job, Task, Thread
+from app.errors import Conflict, TaskNotFound, TaskNotWritable, ThreadNotActive
+from app.jobs.queue import JobQueue
+from app.storage.jsonl import fsync_dir, truncate
+from app.storage.layout import CURRENT, MESSAGES, context_dir
+from app.tasks.service import TaskService
+from app.threads.anchors import one_line
+from app.threads.chronicle import KIND as CHRONICLE
+from app.threads.schemas import ThreadCreate, ThreadEnd, ThreadOut
 from app.threads.windows import ROOT, may_start_under, window_of
 
 log = logging.getLogger(__name__)
@@ -24,60 +33,117 @@ ROOT_STATUS = {
 
 
 class ThreadService:
-    def __init__(self, store: ContextStore, settings: Settings) -> None:
+    def __init__(
+        self, store: ContextStore, tasks: TaskService, jobs: JobQueue, settings: Settings
+    ) -> None:
         self.store = store
+        self.tasks = tasks
+        self.jobs = jobs
         self.settings = settings
 
     async def start(self, task_uuid: str, body: ThreadCreate) -> ThreadOut:
-        async with self.store.locked(task_uuid) as locked:  # one new id at a time per task
-            task = locked.task
-            if task.status != "running":
-                raise TaskNotWritable(task_uuid, task.status, "start threads")
-            async with self.store.db.transaction() as session:
-                rows = await session.scalars(select(Thread).where(Thread.task_uuid == task_uuid))
-                threads = {t.thread_id: t for t in rows}
-                parent_depth = self._parent_depth(threads, body.parent_thread_id)
-                max_depth = min(body.max_depth, self.settings.stelis_max_depth)
-                if not may_start_under(parent_depth, max_depth):
-                    raise Conflict(
-                        f"a thread under thread {body.parent_thread_id} would be level "
-                        f"{parent_depth + 2}; at most {max_depth} levels",
-                        code="thread_depth_exceeded",
-                        details={"depth": parent_depth + 1, "max_depth": max_depth},
-                    )
-                thread = Thread(
-                    task_uuid=task_uuid,
-                    thread_id=max(threads, default=ROOT) + 1,
-                    parent_thread_id=body.parent_thread_id,
-                    depth=parent_depth + 1,
-                    window_ratio=body.window_ratio or self.settings.stelis_default_window_ratio,
-                    status="active",
-                    label=body.label,
-                    chronicle_prompt=body.chronicle_prompt,
-                    created_at=datetime.now(UTC),
+        """A new thread under an active context: its files, its row and head, then its anchor
+        in the parent (one new id at a time per task: the task lock is held)."""
+        async with self.store.locked(task_uuid, body.parent_thread_id, with_threads=True) as parent:
+            self._require_writable(parent, "start threads")
+            threads = parent.threads
+            parent_depth = parent.thread.depth if parent.thread else 0
+            max_depth = min(body.max_depth, self.settings.stelis_max_depth)
+            if not may_start_under(parent_depth, max_depth):
+                raise Conflict(
+                    f"a thread under thread {body.parent_thread_id} would be level "
+                    f"{parent_depth + 2}; at most {max_depth} levels",
+                    code="thread_depth_exceeded",
+                    details={"depth": parent_depth + 1, "max_depth": max_depth},
                 )
+            head = await self.store.recovered_head(parent)
+            if head.open_tool_calls:  # the anchor may not come between calls and results
+                raise Conflict(
+                    f"context {body.parent_thread_id} waits for tool results; a thread can "
+                    "start once they are in",
+                    code="tool_results_pending",
+                    details={"open": [call[0] for call in head.open_tool_calls]},
+                )
+            thread = Thread(
+                task_uuid=task_uuid,
+                thread_id=max(threads, default=ROOT) + 1,
+                parent_thread_id=body.parent_thread_id,
+                depth=parent_depth + 1,
+                window_ratio=body.window_ratio or self.settings.stelis_default_window_ratio,
+                status="active",
+                label=body.label,
+                chronicle_prompt=body.chronicle_prompt,
+                message_count=0,
+                created_at=datetime.now(UTC),
+            )
+            directory = context_dir(self.store.task_dir(parent.task), thread.thread_id)
+            await asyncio.to_thread(_create_files, directory, fsync=self.store.fsync)
+            async with self.store.db.transaction() as session:
                 session.add(thread)
+                session.add(ContextHead(task_uuid=task_uuid, thread_id=thread.thread_id))
+            # After the commit: a crash in between leaves a thread without its anchor, never
+            # an anchor without its thread.
+            parent = dataclasses.replace(parent, head=head)
+            anchor = {
+                "role": "system",
+                "content": one_line(thread.thread_id, thread.label),
+                "stelis_anchor": thread.thread_id,
+            }
+            new_head, _ = await self.store.append_locked(parent, [anchor])
             threads[thread.thread_id] = thread
+        await self.tasks.schedule_condense(parent, head, new_head)
         log.info("task %s: thread %d started", task_uuid, thread.thread_id)
-        return _out(thread, threads, task)
+        return _out(thread, threads, parent.task)
 
-    def _parent_depth(self, threads: dict[int, Thread], parent_id: int) -> int:
-        if parent_id == ROOT:
-            return 0
-        parent = threads.get(parent_id)
-        if parent is None:
-            raise NotFound(
-                f"thread {parent_id} does not exist",
-                code="thread_not_found",
-                details={"thread_id": parent_id},
-            )
-        if parent.status != "active":
-            raise Conflict(
-                f"thread {parent_id} is {parent.status}",
-                code="thread_not_active",
-                details={"thread_id": parent_id, "status": parent.status},
-            )
-        return parent.depth
+    async def end(
+        self, task_uuid: str, thread_id: int, body: ThreadEnd, *, abort: bool
+    ) -> ThreadOut:
+        """End (completed) or abort a thread; its active descendants are aborted with it when
+        ``cascade``, else they make it 409. Chronicles are queued with the change: the
+        thread's when asked for (always tried for an abort: a partial one), its descendants'."""
+        async with self.store.locked(task_uuid, thread_id) as locked:
+            self._require_writable(locked, "end threads")
+            threads = locked.threads
+            active = [t for t in _descendants(thread_id, threads) if threads[t].status == "active"]
+            if active and not body.cascade:
+                raise Conflict(
+                    f"thread {thread_id} has active threads under it: {active}; end them first "
+                    "or pass cascade",
+                    code="thread_has_active_children",
+                    details={"thread_id": thread_id, "active": active},
+                )
+            now = datetime.now(UTC)
+            outcome = "aborted" if abort else "completed"
+            chronicled = [*active, thread_id] if body.generate_chronicle else active
+            jobs: list[Job] = [
+                self.jobs.new(task_uuid, CHRONICLE, thread_id=t)
+                for t in chronicled
+                if threads[t].message_count
+            ]
+            async with self.store.db.transaction() as session:
+                rows = await session.scalars(
+                    select(Thread).where(
+                        Thread.task_uuid == task_uuid, Thread.thread_id.in_([*active, thread_id])
+                    )
+                )
+                for row in rows:
+                    row.status = outcome if row.thread_id == thread_id else "aborted"
+                    row.completed_at = now
+                    threads[row.thread_id] = row
+                session.add_all(jobs)
+        self.jobs.notify()
+        log.info(
+            "task %s: thread %d %s (and %d under it)", task_uuid, thread_id, outcome, len(active)
+        )
+        return _out(threads[thread_id], threads, locked.task)
+
+    def _require_writable(self, locked: LockedTask, doing: str) -> None:
+        task = locked.task
+        if task.status != "running":
+            raise TaskNotWritable(task.uuid, task.status, doing)
+        thread = locked.thread
+        if thread is not None and thread.status != "active":
+            raise ThreadNotActive(task.uuid, thread.thread_id, thread.status)
 
     async def tree(self, task_uuid: str) -> ThreadOut:
         """The root context (thread 0) with its threads nested under their parents."""
@@ -89,13 +155,31 @@ class ThreadService:
                 select(Thread).where(Thread.task_uuid == task_uuid).order_by(Thread.thread_id)
             )
             threads = {t.thread_id: t for t in rows}
-        nodes = {ROOT: _root(task)} | {i: _out(t, threads, task) for i, t in threads.items()}
+        nodes = {ROOT: _root(task, threads)}
+        nodes |= {i: _out(t, threads, task) for i, t in threads.items()}
         for thread_id, thread in threads.items():
             nodes[thread.parent_thread_id].children.append(nodes[thread_id])
         return nodes[ROOT]
 
 
-def _root(task: Task) -> ThreadOut:
+def _create_files(directory: Path, *, fsync: bool) -> None:
+    """Empty context files (a leftover of a start that never committed is emptied)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in (MESSAGES, CURRENT):
+        path = directory / name
+        path.touch()
+        truncate(path, 0, fsync=fsync)
+    if fsync:
+        fsync_dir(directory)
+        fsync_dir(directory.parent)
+
+
+def _descendants(thread_id: int, threads: dict[int, Thread]) -> list[int]:
+    below = [t for t, row in threads.items() if row.parent_thread_id == thread_id]
+    return [d for child in below for d in (child, *_descendants(child, threads))]
+
+
+def _root(task: Task, threads: dict[int, Thread]) -> ThreadOut:
     return ThreadOut(
         thread_id=ROOT,
         parent_thread_id=None,
@@ -106,6 +190,7 @@ def _root(task: Task) -> ThreadOut:
         label=None,
         chronicle_prompt=None,
         chronicle_summary=None,
+        message_count=task.total_messages - sum(t.message_count for t in threads.values()),
         created_at=task.created_at,
         completed_at=task.completed_at,
     )
@@ -122,6 +207,7 @@ def _out(thread: Thread, threads: dict[int, Thread], task: Task) -> ThreadOut:
         label=thread.label,
         chronicle_prompt=thread.chronicle_prompt,
         chronicle_summary=thread.chronicle_summary,
+        message_count=thread.message_count,
         created_at=thread.created_at,
         completed_at=thread.completed_at,
     )

@@ -1,6 +1,6 @@
 """Thread windows and depths (seed 003). Pure."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 ROOT = 0  # the task's own context
@@ -21,6 +21,36 @@ def window_of(thread_id: int, threads: Mapping[int, Ratioed], root_window: int) 
         window = int(window * thread.window_ratio)
         current = thread.parent_thread_id
     return window
+
+
+def chain_of(thread_id: int, threads: Mapping[int, Ratioed]) -> list[int]:
+    """The threads from the root's child down to ``thread_id`` (empty for the root)."""
+    chain = []
+    current = thread_id
+    while current != ROOT:
+        chain.append(current)
+        current = threads[current].parent_thread_id
+    return chain[::-1]
+
+
+def chain_ratios(thread_id: int, threads: Mapping[int, Ratioed]) -> list[float]:
+    """The window ratios from the root down to ``thread_id``."""
+    return [threads[i].window_ratio for i in chain_of(thread_id, threads)]
+
+
+def protected_shares(allowed: int, ratios: Sequence[float]) -> list[int]:
+    """What each ancestor keeps of a thread's payload: parent window x (1 - ratio), root first.
+
+    With the thread's own share (``allowed`` times the ratios, truncated each step) they add
+    up to at most ``allowed``: the whole payload fits the task's budget.
+    """
+    shares = []
+    window = allowed
+    for ratio in ratios:
+        child = int(window * ratio)
+        shares.append(window - child)
+        window = child
+    return shares
 
 
 def may_start_under(parent_depth: int, max_depth: int) -> bool:

@@ -1,0 +1,134 @@
+"""Chronicles: a thread's summary, written by a job once it ends or is aborted (seed 003).
+
+The job is queued in the transaction that ends the thread, so a restart finishes it. It
+summarises the thread's whole history (its messages.jsonl) with the thread's chronicle_prompt
+or the default, stores the chronicle on the thread's row, then embeds it in the parent's
+context as seed 003's system message. Each step is idempotent: a rerun finds the stored
+chronicle (no second LLM call) and the embedding's idempotency key (no second message).
+
+On the job's last attempt a chat backend that keeps failing gives way to the extractive
+digest, as final summaries do: an ended thread always gets its chronicle.
+"""
+
+import asyncio
+import logging
+from typing import Any
+
+from sqlalchemy import update
+
+from app.compaction.summarizer import Summarizer
+from app.context.files import ContextFiles, History
+from app.context.store import ContextStore
+from app.db.models import Job, Thread
+from app.errors import Conflict
+from app.llm.errors import LLMError
+
+log = logging.getLogger(__name__)
+
+KIND = "chronicle"
+
+DEFAULT_PROMPT = """\
+You are writing the chronicle of a piece of delegated work: a sub-conversation that was \
+started to do one job and has now ended. The conversation that started it will continue from \
+this chronicle alone, so it must say:
+  1. Goal: what the thread was asked to do.
+  2. Outcome: what was achieved, and whether the goal was met.
+  3. Work done: changes made, files created or modified, commands run and their results.
+  4. Findings: what was learned that the parent conversation needs to know.
+  5. Open ends: what is left undone, problems not solved, and suggested next steps.
+
+Output only the chronicle, without any additional commentary."""
+PARTIAL = (
+    "\n\nThis thread was aborted before it finished: say what was done and what was left undone."
+)
+
+
+class EmbeddingDeferred(Exception):
+    """The parent waits for tool results: nothing may come between them. Retried later."""
+
+
+class ChronicleWriter:
+    def __init__(self, store: ContextStore, summarizer: Summarizer, *, max_tokens: int) -> None:
+        self.store = store
+        self.summarizer = summarizer
+        self.max_tokens = max_tokens
+
+    async def write(self, job: Job) -> dict[str, Any]:
+        """The job handler."""
+        async with self.store.locked(job.task_uuid, job.thread_id) as locked:
+            thread = locked.thread
+            assert thread is not None
+            chronicle = thread.chronicle_summary
+            if chronicle is None:
+                head = await self.store.recovered_head(locked)
+                task_files = ContextFiles(self.store.task_dir(locked.task))
+                backend = await asyncio.to_thread(task_files.summary_backend)
+                files = self.store.files(locked)
+                handle = await asyncio.to_thread(open, files.messages, "rb")
+        result: dict[str, Any] = {"thread_id": thread.thread_id}
+        if chronicle is None:
+            prompt = (thread.chronicle_prompt or DEFAULT_PROMPT) + (
+                PARTIAL if thread.status == "aborted" else ""
+            )
+            try:
+                chronicle, result["summarizer"] = await self._summarize(
+                    job, History(handle, head.messages_bytes), backend, prompt
+                )
+            finally:
+                handle.close()
+            async with self.store.db.transaction() as session:
+                await session.execute(
+                    update(Thread)
+                    .where(Thread.task_uuid == job.task_uuid, Thread.thread_id == thread.thread_id)
+                    .values(chronicle_summary=chronicle)
+                )
+            log.info(
+                "thread %d: chronicle written (%d characters)", thread.thread_id, len(chronicle)
+            )
+        result["embedded"] = await self._embed(job.task_uuid, thread, chronicle)
+        return result
+
+    async def _summarize(
+        self, job: Job, history: History, backend: str | None, prompt: str
+    ) -> tuple[str, str]:
+        """The chronicle and who wrote it; the extractive digest after a last failure."""
+        if backend is not None and backend not in self.summarizer.backends:
+            backend = None  # renamed or removed since: the default summariser
+        try:
+            text = await self.summarizer.summarize(
+                iter(history), backend, prompt=prompt, max_tokens=self.max_tokens
+            )
+            return text.strip(), self.summarizer.describe(backend)
+        except LLMError as exc:
+            if job.attempts < job.max_attempts:
+                raise
+            log.warning("thread %d: chronicle by the extractive digest: %s", job.thread_id, exc)
+            text = await self.summarizer.summarize(
+                iter(history), "extractive", prompt=prompt, max_tokens=self.max_tokens
+            )
+            return text.strip(), f"extractive (after {exc.backend} failed)"
+
+    async def _embed(self, task_uuid: str, thread: Thread, chronicle: str) -> bool | str:
+        """Seed 003's embedding in the parent; True, or why it was not (the task finished,
+        the parent ended)."""
+        status = "completed" if thread.status == "completed" else "aborted"
+        message = {
+            "role": "system",
+            "content": embedding(thread.label or f"#{thread.thread_id}", status, chronicle),
+            "metadata": {"stelis_thread_id": thread.thread_id, "stelis_status": status},
+        }
+        try:
+            await self.store.append(
+                task_uuid, [message], f"chronicle-{thread.thread_id}", thread.parent_thread_id
+            )
+        except Conflict as exc:
+            if exc.code == "tool_results_pending":
+                raise EmbeddingDeferred(str(exc)) from exc
+            log.info("thread %d: chronicle not embedded: %s", thread.thread_id, exc)
+            return exc.code
+        return True
+
+
+def embedding(label: str, status: str, chronicle: str) -> str:
+    """Seed 003's embedding: '[Thread completed: label]', then the chronicle."""
+    return f"[Thread {status}: {label}]\n\n## Chronicle\n{chronicle}"
