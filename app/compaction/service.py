@@ -27,7 +27,7 @@ from app.context.files import (
     record_at,
     visible_records,
 )
-from app.context.records import HeadState, openai_message
+from app.context.records import ANCHOR, HeadState, openai_message
 from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.db.models import Task
 from app.errors import AppError, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
@@ -497,6 +497,8 @@ def _elision(
     for index, arguments in [(i, False) for i in candidates] + [(i, True) for i in assistants]:
         entry = entries[index]
         original = _read_entry(files, entry, end)
+        if ANCHOR in original:  # counted as the most its rendering may cost, not its text
+            continue
         message = openai_message(original)
         if not arguments:
             message["content"] = _elided(costs.counter, message.get("content"), excess)

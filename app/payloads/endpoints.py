@@ -27,6 +27,26 @@ _REQUEST_EXAMPLE: dict[str, Any] = {
     "max_completion_tokens": 4096,
 }
 
+# The answer's headers: name, JSON type, meaning.
+_REQUEST_HEADERS = (
+    ("X-Context-Tokens", "integer", "Counted tokens of this payload, in its format's terms"),
+    ("X-Context-Budget", "integer", "The most it may have"),
+    ("X-Token-Counter", "string", "Which counter counted: o200k_base, cl100k_base, heuristic"),
+    (
+        "X-Token-Calibration",
+        "number",
+        "Real tokens per counted token (the budget is divided by it)",
+    ),
+    ("X-Thread-Tokens", "integer", "A thread's payload: the tokens of its own context"),
+    ("X-Thread-Budget", "integer", "A thread's payload: its own share of the budget"),
+    (
+        "X-Protected-Tokens",
+        "integer",
+        "A thread's payload: the tokens of its ancestors' protected regions, which precede its "
+        "own messages",
+    ),
+)
+
 
 @router.get(
     "/request",
@@ -36,35 +56,8 @@ _REQUEST_EXAMPLE: dict[str, Any] = {
             "description": "The LLM request, ready to send; within the task's budget.",
             "content": {"application/json": {"example": _REQUEST_EXAMPLE}},
             "headers": {
-                "X-Context-Tokens": {
-                    "description": "Counted tokens of this payload, in its format's terms",
-                    "schema": {"type": "integer"},
-                },
-                "X-Context-Budget": {
-                    "description": "The most it may have",
-                    "schema": {"type": "integer"},
-                },
-                "X-Token-Counter": {
-                    "description": "Which counter counted: o200k_base, cl100k_base, heuristic",
-                    "schema": {"type": "string"},
-                },
-                "X-Token-Calibration": {
-                    "description": "Real tokens per counted token (the budget is divided by it)",
-                    "schema": {"type": "number"},
-                },
-                "X-Thread-Tokens": {
-                    "description": "A thread's payload: the tokens of its own context",
-                    "schema": {"type": "integer"},
-                },
-                "X-Thread-Budget": {
-                    "description": "A thread's payload: its own share of the budget",
-                    "schema": {"type": "integer"},
-                },
-                "X-Protected-Tokens": {
-                    "description": "A thread's payload: the tokens of its ancestors' protected "
-                    "regions, which precede its own messages",
-                    "schema": {"type": "integer"},
-                },
+                name: {"description": description, "schema": {"type": kind}}
+                for name, kind, description in _REQUEST_HEADERS
             },
         }
     },
