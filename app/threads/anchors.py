@@ -26,7 +26,7 @@ _ANCHOR_LINE = re.compile(rb',"stelis_anchor":(\d+)\}\n?$')
 EXCHANGE_CHARS = 200
 CHRONICLE_CHARS = 1200
 # Tried in turn until the rendering fits: (characters of the chronicle, latest exchanges).
-_SHAPES = ((CHRONICLE_CHARS, 3), (600, 2), (300, 1), (120, 0))
+_SHAPES = ((CHRONICLE_CHARS, 3), (600, 2), (300, 1), (120, 0), (0, 0))
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ async def test_bad_bodies_are_refused(
 async def test_unknown_parents_tasks_and_finished_tasks(client: httpx.AsyncClient) -> None:
     uuid = (await create_task(client))["uuid"]
     response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": 7})
-    assert assert_error(response, 404, "thread_not_found") == {"thread_id": 7}
+    assert assert_error(response, 404, "thread_not_found") == {"uuid": uuid, "thread_id": 7}
     missing = "6f1c1d0e-0000-4000-8000-000000000000"
     assert_error(await client.post(f"/tasks/{missing}/threads", json={}), 404, "task_not_found")
     assert_error(await client.get(f"/tasks/{missing}/threads"), 404, "task_not_found")
