@@ -12,6 +12,11 @@ from app.errors import NotFound
 ACTIVE = ("queued", "running")
 
 
+class JobDeferred(Exception):
+    """Raised by a handler whose job cannot be done yet (it waits for something outside it):
+    the job is queued again after the runner's backoff, and the attempt does not count."""
+
+
 class JobQueue:
     def __init__(self, db: Database, *, max_attempts: int, lease_s: float) -> None:
         self.db = db
@@ -124,9 +129,14 @@ class JobQueue:
         result: dict[str, Any] | None = None,
         error: str | None = None,
         retry_at: datetime | None = None,
+        counted: bool = True,
     ) -> None:
+        """Record how a run ended; with ``retry_at`` the job is queued again (``counted``
+        False: that run was no attempt)."""
         now = datetime.now(UTC)
         values: dict[str, Any] = {"status": status, "error": error, "lease_until": None}
+        if not counted:
+            values["attempts"] = Job.attempts - 1
         if retry_at is not None:
             values["not_before"] = retry_at
         else:

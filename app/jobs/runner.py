@@ -2,7 +2,8 @@
 
 Jobs are claimed in a transaction (so each runs once, whichever process claims it), leased and
 renewed while they run; a job whose process died is requeued when its lease runs out. A failed
-job is retried with exponential backoff, then marked failed with its error.
+job is retried with exponential backoff, then marked failed with its error; a deferred one
+(:class:`app.jobs.queue.JobDeferred`) waits one backoff and keeps its attempts.
 """
 
 import asyncio
@@ -14,7 +15,7 @@ from typing import Any
 
 from app.db.models import Job
 from app.errors import Conflict, NotFound
-from app.jobs.queue import JobQueue
+from app.jobs.queue import JobDeferred, JobQueue
 from app.observability.logs import TASK_UUID
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,11 @@ class JobRunner:
             log.info("job %d (%s, task %s): %s", job.id, job.kind, job.task_uuid, status)
         except (Conflict, NotFound) as exc:  # the task moved on (finished, deleted)
             await self.queue.finish(job, "skipped", result={"skipped": exc.code}, error=str(exc))
+        except JobDeferred as exc:
+            retry_at = datetime.now(UTC) + timedelta(seconds=self.backoff_s)
+            error = f"{type(exc).__name__}: {exc}"
+            await self.queue.finish(job, "queued", error=error, retry_at=retry_at, counted=False)
+            log.info("job %d (task %s) deferred: %s", job.id, job.task_uuid, exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             if job.attempts < job.max_attempts:

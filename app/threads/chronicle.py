@@ -21,6 +21,7 @@ from app.context.files import ContextFiles, History
 from app.context.store import ContextStore
 from app.db.models import Job, Thread
 from app.errors import Conflict
+from app.jobs.queue import JobDeferred
 from app.llm.errors import LLMError
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,9 @@ PARTIAL = (
 )
 
 
-class EmbeddingDeferred(Exception):
-    """The parent waits for tool results: nothing may come between them. Retried later."""
+class EmbeddingDeferred(JobDeferred):
+    """The parent waits for tool results: nothing may come between them. Tried again later,
+    for as long as it takes (the wait is not a failed attempt)."""
 
 
 class ChronicleWriter:
@@ -92,7 +94,7 @@ class ChronicleWriter:
         self, job: Job, history: History, backend: str | None, prompt: str
     ) -> tuple[str, str]:
         """The chronicle and who wrote it; the extractive digest after a last failure."""
-        if backend is not None and backend not in self.summarizer.backends:
+        if backend not in (None, "extractive", *self.summarizer.backends):
             backend = None  # renamed or removed since: the default summariser
         try:
             text = await self.summarizer.summarize(

@@ -28,19 +28,19 @@ async def thread_tree(uuid: TaskUUID, services: ServicesDep) -> ThreadOut:
 
 @router.post("/{thread_id}/end", response_model=ThreadOut)
 async def end_thread(
-    uuid: TaskUUID, thread_id: ThreadPath, body: ThreadEnd, services: ServicesDep
+    uuid: TaskUUID, thread_id: ThreadPath, services: ServicesDep, body: ThreadEnd | None = None
 ) -> ThreadOut:
     """End a thread (completed): it takes no more messages; its chronicle is written by a job
     into its record and its parent's context. 409 while threads under it are active, unless
     ``cascade`` (which aborts them)."""
-    return await services.threads.end(uuid, thread_id, body, abort=False)
+    return await services.threads.end(uuid, thread_id, body or ThreadEnd(), abort=False)
 
 
 @router.post("/{thread_id}/abort", response_model=ThreadOut)
 async def abort_thread(
-    uuid: TaskUUID, thread_id: ThreadPath, body: ThreadEnd, services: ServicesDep
+    uuid: TaskUUID, thread_id: ThreadPath, services: ServicesDep, body: ThreadEnd | None = None
 ) -> ThreadOut:
     """Abort a thread, with a partial chronicle if it has messages (unless
     ``generate_chronicle`` is false); 409 while threads under it are active, unless
     ``cascade``."""
-    return await services.threads.end(uuid, thread_id, body, abort=True)
+    return await services.threads.end(uuid, thread_id, body or ThreadEnd(), abort=True)
