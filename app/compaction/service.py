@@ -501,7 +501,7 @@ def _elision(
             continue
         message = openai_message(original)
         if not arguments:
-            message["content"] = _elided(costs.counter, message.get("content"), excess)
+            message["content"] = elided(costs.counter, message.get("content"), excess)
         elif message.get("tool_calls"):
             message["tool_calls"] = _elided_calls(costs.counter, message["tool_calls"], excess)
         cost = costs.message(message)
@@ -524,12 +524,12 @@ def _elided_calls(
     try:
         arguments = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        function["arguments"] = _elided(counter, raw, excess)
+        function["arguments"] = elided(counter, raw, excess)
         return calls
     if isinstance(arguments, str):
-        arguments = _elided(counter, arguments, excess)
+        arguments = elided(counter, arguments, excess)
     else:
-        _cut_longest_string(arguments, lambda text: _elided(counter, text, excess))
+        _cut_longest_string(arguments, lambda text: elided(counter, text, excess))
     function["arguments"] = orjson.dumps(arguments).decode()
     return calls
 
@@ -551,7 +551,7 @@ def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
         node[key] = cut(node[key])
 
 
-def _elided(counter: TextCounter, content: Any, excess: int) -> str:
+def elided(counter: TextCounter, content: Any, excess: int) -> str:
     """The content with its middle cut so that about ``excess`` (+10%) tokens go."""
     text = plain_text(content)
     tokens = max(1, content_tokens(counter, text))

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from sqlalchemy import select
 
+from app.compaction.service import elided
 from app.context.files import ContextFiles
 from app.context.records import ANCHOR_TOKENS, HeadState
 from app.context.store import ContextStore, LockedTask, Snapshot
@@ -34,6 +35,7 @@ from app.threads.windows import ROOT, chain_of, chain_ratios, protected_shares
 from app.tokens.costs import TokenCosts, in_format
 
 LATEST_EXCHANGES = 3
+MESSAGE_SHARE = 4  # no message takes more than a quarter of a protected region
 _EXCHANGE_SCAN = 40  # lines read back from a thread's end to find its latest exchanges
 
 
@@ -119,9 +121,17 @@ class Assembler:
 def _protected_lines(
     path: Path, head: HeadState, share: int, renderer: "_AnchorRenderer"
 ) -> list[tuple[bytes, int]]:
+    """An ancestor's region, each message at most 1/MESSAGE_SHARE of it (cut in the middle
+    if larger: a pasted log or a large tool result must not push the request out)."""
+    cap = max(share // MESSAGE_SHARE, 1)
     with open(path, "rb") as f:
         region = protected_region(
-            f, head.current_bytes, share, renderer.costed, calls_open=bool(head.open_tool_calls)
+            f,
+            head.current_bytes,
+            share,
+            lambda line: renderer.capped(line, cap),
+            calls_open=bool(head.open_tool_calls),
+            keep_head=True,
         )
     return region.entries
 
@@ -159,12 +169,21 @@ class _AnchorRenderer:
             )
         return self._lines[thread_id]
 
-    def costed(self, line: bytes) -> tuple[bytes, int]:
-        """A current.jsonl line as sent (an anchor rendered) and its cost."""
+    def capped(self, line: bytes, cap: int) -> tuple[bytes, int]:
+        """A current.jsonl line as sent (an anchor rendered; content cut in the middle to cost
+        at most about ``cap``) and its cost."""
         thread_id = anchor_id(line)
         if thread_id is not None:
             line = self.line(thread_id)
-        return line, self.cost(orjson.loads(line))
+        message = orjson.loads(line)
+        tokens = self.cost(message)
+        for _ in range(3):  # an elision lands near its target; a second or third gets under
+            if tokens <= cap or not message.get("content"):
+                break
+            message["content"] = elided(self.costs.counter, message["content"], tokens - cap)
+            line = orjson.dumps(message) + b"\n"
+            tokens = self.cost(message)
+        return line, tokens
 
     def _facts(self, thread_id: int) -> AnchorFacts:
         thread = self.threads[thread_id]

@@ -201,16 +201,17 @@ def _start_of_line_containing(f: BinaryIO, pos: int, floor: int) -> int:
     return floor
 
 
-def iter_lines_backward(f: BinaryIO, end: int) -> Iterator[bytes]:
-    """The complete lines of [0, end) of an open file, last first (without newlines); reads
-    CHUNK bytes at a time from the end, so the tail of a huge file costs only its tail."""
+def iter_lines_backward(f: BinaryIO, end: int, start: int = 0) -> Iterator[bytes]:
+    """The complete lines of [start, end) of an open file (``start`` on a line boundary), last
+    first, without newlines; reads CHUNK bytes at a time from the end, so the tail of a huge
+    file costs only its tail."""
     position = end
     pending = b""
-    while position > 0:
-        start = max(0, position - CHUNK)
-        f.seek(start)
-        pending = f.read(position - start) + pending
-        position = start
+    while position > start:
+        low = max(start, position - CHUNK)
+        f.seek(low)
+        pending = f.read(position - low) + pending
+        position = low
         lines = pending.split(b"\n")
         pending = lines[0]  # maybe the end of a line that began earlier
         for line in reversed(lines[1:]):

@@ -266,3 +266,41 @@ def test_shares_of_any_allowance(allowed: int, ratios: list[float]) -> None:
     shares = protected_shares(allowed, ratios)
     assert all(share >= 0 for share in shares)
     assert sum(shares) + budget.share(ratios).allowed <= allowed
+
+
+def headed(current: Current, share: int) -> Region:
+    with open(current.path, "rb") as f:
+        size = current.path.stat().st_size
+        return protected_region(f, size, share, by_size, calls_open=False, keep_head=True)
+
+
+def test_the_head_comes_first_then_the_newest_units(tmp_path: Path) -> None:
+    """keep_head: the system prompt and the first request, then the newest units that fit,
+    oldest of those first; nothing in between, nothing twice."""
+    long_middle = [message("assistant", "x" * 400), message("user", "y" * 400)]
+    units = [*CONVERSATION[:2], *long_middle, *CONVERSATION[2:]]
+    current = written(tmp_path, units)
+    head, tail = units[:2], units[-3:]
+    region = headed(current, size(head) + size(tail))
+    assert region.entries == entries(head + tail)
+    assert region.tokens == size(head) + size(tail)
+
+
+def test_a_context_that_fits_whole_is_kept_once(tmp_path: Path) -> None:
+    current = written(tmp_path, CONVERSATION)
+    region = headed(current, 10_000)
+    assert region.entries == entries(CONVERSATION)
+
+
+def test_a_head_that_does_not_fit_keeps_what_fits_of_it(tmp_path: Path) -> None:
+    current = written(tmp_path, CONVERSATION)
+    system = CONVERSATION[:1]
+    region = headed(current, size(system) + 5)  # the request does not fit, nor anything newer
+    assert region.entries == entries(system)
+
+
+def test_a_context_starting_with_an_assistant_has_no_request_in_its_head(tmp_path: Path) -> None:
+    units = [message("system", "s"), message("assistant", "a"), message("user", "u")]
+    current = written(tmp_path, units)
+    region = headed(current, size(units[:1]) + size(units[2:]))
+    assert region.entries == entries(units[:1] + units[2:])
