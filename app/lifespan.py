@@ -122,7 +122,11 @@ def build_services(
             "final_summary": final_summaries.write,
             "webhook": WebhookDelivery(settings, http).deliver,
             CHRONICLE: ChronicleWriter(
-                store, summarizer, max_tokens=settings.summary_max_tokens
+                store,
+                summarizer,
+                jobs,
+                tasks.schedule_condense,
+                max_tokens=settings.summary_max_tokens,
             ).write,
         },
         poll_s=settings.job_poll_s,

@@ -149,7 +149,7 @@ class CompactionService:
                 self._require_running(locked)
                 fmt = fmt or native_format(locked.task.llm_provider)
                 head, entries, files = await self._index(locked, fmt)
-                before = self.tasks.payload_tokens(locked.task, head, fmt)
+                before = self.tasks.context_tokens(locked, head, fmt)
                 plan = plans.plan_condense(
                     entries,
                     keep_recent=self.settings.keep_recent,
@@ -185,7 +185,7 @@ class CompactionService:
     ) -> Outcome:
         async with self.store.locked(*context) as locked:
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.payload_tokens(locked.task, head, fmt)
+            before = self.tasks.context_tokens(locked, head, fmt)
             if locked.task.status != "running":  # finished while the summariser worked
                 return Outcome("skipped", before, before, reason="task_not_running")
             if locked.thread is not None and locked.thread.status != "active":
@@ -214,7 +214,7 @@ class CompactionService:
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.payload_tokens(locked.task, head, fmt)
+            before = self.tasks.context_tokens(locked, head, fmt)
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
@@ -241,7 +241,7 @@ class CompactionService:
         ):
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.payload_tokens(locked.task, head, fmt)
+            before = self.tasks.context_tokens(locked, head, fmt)
             costs = self.store.counting.costs(locked.task.token_counter)
             # Reading and counting large messages: off the event loop.
             found = await asyncio.to_thread(
@@ -289,7 +289,7 @@ class CompactionService:
         """The context's payload tokens, its budget and the format they are counted in."""
         context = await self.store.head(task_uuid, thread_id)
         fmt = fmt or native_format(context.task.llm_provider)
-        tokens = self.tasks.payload_tokens(context.task, context.head, fmt)
+        tokens = self.tasks.context_tokens(context, context.head, fmt)
         return tokens, self.tasks.context_budget(context).allowed, fmt
 
     async def _condense_in_time(self, task_uuid: str, fmt: str, thread_id: int) -> Outcome | None:
@@ -311,7 +311,7 @@ class CompactionService:
         async with self.store.locked(task_uuid, thread_id) as locked:
             head = await self.store.recovered_head(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
-            tokens = self.tasks.payload_tokens(locked.task, head, fmt)
+            tokens = self.tasks.context_tokens(locked, head, fmt)
             budget = self.tasks.context_budget(locked)
             if tokens < budget.threshold:  # the usual case: no need to index the context
                 return {"action": "none"}
@@ -418,7 +418,7 @@ class CompactionService:
         cost: tuple[int, FormatTokens],
     ) -> Outcome:
         fmt = summary["counted_as"]
-        before = self.tasks.payload_tokens(locked.task, head, fmt)
+        before = self.tasks.context_tokens(locked, head, fmt)
         marker = {
             **marker,
             "hides": list(span.hides(entries)),
@@ -430,7 +430,7 @@ class CompactionService:
             commit_marker, files, head, marker, summary, fsync=self.store.fsync
         )
         await self.store.save_head(locked, new_head, compactions=1)
-        after = self.tasks.payload_tokens(locked.task, new_head, fmt)
+        after = self.tasks.context_tokens(locked, new_head, fmt)
         log.info(
             "task %s thread %d: %s of %d messages, %d -> %d tokens",
             locked.task.uuid,

@@ -117,6 +117,10 @@ class _GroupOutcome:
     results: list[tuple[dict[str, Any], bool] | AppError] = field(default_factory=list)
 
 
+# Starts the idempotency keys the service makes itself: no header value can hold it.
+SERVICE_KEY = "\x1f"
+
+
 def utc_timestamp() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -280,8 +284,9 @@ class ContextStore:
             asyncio.get_running_loop().create_future()
         )
         if idempotency_key is not None and thread_id:
-            # Keys are registered per task: a thread's get its id in front.
-            idempotency_key = f"thread-{thread_id}:{idempotency_key}"
+            # Keys are registered per task: a thread's get its id in front, after a control
+            # character no HTTP header can carry (so no client key can look like it).
+            idempotency_key = f"{SERVICE_KEY}thread-{thread_id}:{idempotency_key}"
         context = (task_uuid, thread_id)
         self._pending.setdefault(context, []).append(
             _PendingAppend(messages, idempotency_key, future)
@@ -292,14 +297,21 @@ class ContextStore:
         return await asyncio.shield(future)
 
     async def append_locked(
-        self, locked: LockedTask, messages: list[dict[str, Any]]
+        self,
+        locked: LockedTask,
+        messages: list[dict[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        ended_parent: bool = False,
     ) -> tuple[HeadState, dict[str, Any]]:
-        """Append one batch to a context whose task lock is held (no group commit, no key);
-        returns the new head and the append response."""
+        """Append one batch to a context whose task lock is held (no group commit); returns
+        the new head and the append response. ``ended_parent``: the service's own record of
+        a child may go into a thread that has ended."""
         future: asyncio.Future[tuple[dict[str, Any], bool]] = (
             asyncio.get_running_loop().create_future()
         )
-        head = await self._write_and_save(locked, [_PendingAppend(messages, None, future)])
+        pending = _PendingAppend(messages, idempotency_key, future)
+        head = await self._write_and_save(locked, [pending], ended_parent=ended_parent)
         response, _ = future.result()
         return head, response
 
@@ -326,7 +338,12 @@ class ContextStore:
         _resolve(group, scheduled)
 
     async def _write_and_save(
-        self, locked: LockedTask, group: list[_PendingAppend], *, resolve: bool = True
+        self,
+        locked: LockedTask,
+        group: list[_PendingAppend],
+        *,
+        resolve: bool = True,
+        ended_parent: bool = False,
     ) -> HeadState:
         """Write a group to the locked context and commit it; the futures get their answers
         (one per append) here or, with ``resolve=False``, from the caller."""
@@ -334,7 +351,7 @@ class ContextStore:
         if task.status != "running":
             raise TaskNotWritable(task.uuid, task.status, "take messages")
         thread = locked.thread
-        if thread is not None and thread.status != "active":
+        if thread is not None and thread.status != "active" and not ended_parent:
             raise ThreadNotActive(task.uuid, thread.thread_id, thread.status)
         keys = [p.idempotency_key for p in group if p.idempotency_key]
         known = {}
@@ -422,7 +439,9 @@ class ContextStore:
         # Only a usage appended now answers the payload served last (not one found in history
         # by a recovery).
         reported = stats.reported_prompt_tokens
-        if reported is not None and task.served_tokens is not None:
+        # Payloads served are remembered for the root only (app/payloads/service.py): a
+        # thread's report would be compared with another context's payload.
+        if reported is not None and task.served_tokens is not None and not locked.thread_id:
             values |= self._calibrated(task, task.served_tokens, reported)
         thread_values = {}
         if locked.thread_id:

@@ -71,6 +71,21 @@ class JobQueue:
         self.notify()
         return job
 
+    async def active(self, task_uuid: str, kind: str, thread_ids: list[int]) -> bool:
+        """Whether a job of this kind is queued or running for one of these contexts."""
+        async with self.db.reader() as session:
+            found = await session.scalar(
+                select(Job.id)
+                .where(
+                    Job.task_uuid == task_uuid,
+                    Job.kind == kind,
+                    Job.thread_id.in_(thread_ids),
+                    Job.status.in_(ACTIVE),
+                )
+                .limit(1)
+            )
+        return found is not None
+
     async def latest(self, task_uuid: str, kind: str) -> Job | None:
         """The newest job of this kind for the task."""
         async with self.db.reader() as session:

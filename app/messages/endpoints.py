@@ -56,7 +56,10 @@ async def append_messages(
     ],
     idempotency_key: Annotated[
         str | None,
-        Header(max_length=255, description="A retried POST with the same key appends nothing."),
+        Header(
+            max_length=200,  # the service may put a thread's id in front (255 in the table)
+            description="A retried POST with the same key appends nothing.",
+        ),
     ] = None,
     thread_id: ThreadID = 0,
 ) -> AppendResult:

@@ -27,6 +27,7 @@ from app.context.store import ContextStore, LockedTask, Snapshot
 from app.db.models import ContextHead, Task, Thread
 from app.formats import counting_format, provider_format
 from app.formats.parts import plain_text
+from app.planning.pinning import pinned_line
 from app.storage.jsonl import iter_lines_backward
 from app.storage.layout import context_dir
 from app.threads.anchors import AnchorFacts, anchor_id, rendered_line, seen_from_inside
@@ -59,6 +60,11 @@ class Assembly:
     @property
     def context(self) -> LockedTask:
         return self.snapshot.context
+
+    @property
+    def pinned_line(self) -> bytes | None:
+        """The task's pinned plan, for the root's payload only (see TaskService.context_tokens)."""
+        return None if self.context.thread_id else pinned_line(self.context.task)
 
     @property
     def lead(self) -> bytes:

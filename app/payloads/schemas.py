@@ -29,7 +29,10 @@ class ContextView(BaseModel):
     uuid: str
     thread_id: int = Field(description="0: the task's root context; else a thread.")
     format: FormatName = Field(description="The payload format the tokens are counted in.")
-    tokens: int = Field(description="Counted tokens of the payload /request would serve now.")
+    tokens: int = Field(
+        description="Counted tokens of the payload /request would serve now; for a thread, of "
+        "its own context (X-Thread-Tokens): the protected regions add protected_tokens."
+    )
     budget: int = Field(
         description="allowed = window * (1 - buffer) - reserved output, in counted tokens "
         "(divided by the calibration factor)"

@@ -13,7 +13,7 @@ from app.errors import Conflict, TooLarge
 from app.formats import FORMATS, PayloadFormat, provider_format
 from app.payloads.assembly import Assembler, Assembly
 from app.payloads.streaming import stream_lines
-from app.planning.pinning import pinned_line, with_pinned
+from app.planning.pinning import with_pinned
 from app.tasks.service import TaskService, tools_tokens
 from app.threads.anchors import with_anchors
 from app.tokens.counters import TextCounter
@@ -44,7 +44,7 @@ class PayloadService:
         name, counted_as = assembly.format, assembly.counted_as
         for _ in range(3):  # appends may race the compaction; each round re-checks
             context, head = assembly.context, assembly.snapshot.head
-            tokens = self.tasks.payload_tokens(context.task, head, counted_as)
+            tokens = self.tasks.context_tokens(context, head, counted_as)
             if tokens <= self.tasks.context_budget(context).allowed:
                 break
             if context.task.status != "running" or _ended(context):
@@ -56,9 +56,15 @@ class PayloadService:
         try:
             tokens, headers = self._check_servable(assembly, counted_as)
             # The LLM's report is about the payload the agent sent it: one in the format of the
-            # task's provider (a dashboard's look in another format is no evidence).
+            # task's provider (a dashboard's look in another format is no evidence), of the
+            # root context.
             task = snapshot.task
-            evidence = task.status == "running" and name == provider_format(task.llm_provider)
+            # Only the root's: one number per task, and a thread's payload is another context.
+            evidence = (
+                task.status == "running"
+                and name == provider_format(task.llm_provider)
+                and not assembly.context.thread_id
+            )
             if evidence and task.served_tokens != tokens:  # a write only when it changes
                 await self.store.record_served(task_uuid, tokens)
         except BaseException:
@@ -71,7 +77,7 @@ class PayloadService:
             context_length=snapshot.task.context_length,
         )
         render = with_pinned(
-            with_anchors(payload_format.renderer(), assembly.anchors), pinned_line(snapshot.task)
+            with_anchors(payload_format.renderer(), assembly.anchors), assembly.pinned_line
         )
         body = stream_lines(
             snapshot, snapshot.head.current_bytes, prefix, suffix, render, lead=assembly.lead
@@ -82,7 +88,7 @@ class PayloadService:
         context, head = assembly.context, assembly.snapshot.head
         task = context.task
         budget = self.tasks.context_budget(context)
-        own = self.tasks.payload_tokens(task, head, counted_as)
+        own = self.tasks.context_tokens(context, head, counted_as)
         if head.current_messages == 0 and not assembly.protected:
             raise Conflict(
                 f"task {task.uuid} has no messages yet", code="context_empty", details={}
@@ -127,7 +133,7 @@ class PayloadService:
             snapshot.close()
             raise
         budget = self.tasks.context_budget(context)
-        tokens = self.tasks.payload_tokens(task, head, counted_as)
+        tokens = self.tasks.context_tokens(context, head, counted_as)
         overview = {
             "uuid": task.uuid,
             "thread_id": context.thread_id,
@@ -165,7 +171,7 @@ class PayloadService:
             head.current_bytes,
             prefix,
             b"]}",
-            with_pinned(with_anchors(entries, assembly.anchors), pinned_line(task)),
+            with_pinned(with_anchors(entries, assembly.anchors), assembly.pinned_line),
             offload=True,
         )
 

@@ -95,10 +95,15 @@ class TaskService:
             tokens = self.payload_tokens(task, head, native_format(task.llm_provider))
         return TaskView(task=task, head=head, budget=self.budget(task), payload_tokens=tokens)
 
-    def payload_tokens(self, task: Task, head: HeadState, fmt: str) -> int:
+    def context_tokens(self, context: LockedTask, head: HeadState, fmt: str) -> int:
+        """Counted tokens of a context's own payload in ``fmt``: a thread's carries no pinned
+        plan (the task's plan is the root's; a thread works on what it was given)."""
+        return self.payload_tokens(context.task, head, fmt, pinned=not context.thread_id)
+
+    def payload_tokens(self, task: Task, head: HeadState, fmt: str, *, pinned: bool = True) -> int:
         """Counted tokens of the payload in ``fmt`` ("openai", "anthropic" or "ollama")."""
         tokens = head.tokens(fmt) + tools_tokens(task, fmt) + PER_PAYLOAD
-        if task.pin_plan and task.pinned_plan:
+        if pinned and task.pin_plan and task.pinned_plan:
             tokens += in_format(task.plan_tokens, task.format_plan_tokens or {}, fmt)
         if head.open_tool_calls:
             counter = self.store.counting.counter(task.token_counter)
@@ -119,8 +124,8 @@ class TaskService:
         task = context.task
         budget = self.context_budget(context)
         fmt = native_format(task.llm_provider)
-        old = self.payload_tokens(task, before, fmt) if tokens_before is None else tokens_before
-        new = self.payload_tokens(task, after, fmt)
+        old = self.context_tokens(context, before, fmt) if tokens_before is None else tokens_before
+        new = self.context_tokens(context, after, fmt)
         if old < budget.threshold <= new or new > budget.allowed:
             await self.jobs.enqueue_once(task.uuid, "condense", context.thread_id)
             return True

@@ -12,17 +12,20 @@ digest, as final summaries do: an ended thread always gets its chronicle.
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from app.compaction.summarizer import Summarizer
 from app.context.files import ContextFiles, History
-from app.context.store import ContextStore
+from app.context.records import HeadState
+from app.context.store import SERVICE_KEY, ContextStore, LockedTask
 from app.db.models import Job, Thread
 from app.errors import Conflict
-from app.jobs.queue import JobDeferred
+from app.jobs.queue import JobDeferred, JobQueue
 from app.llm.errors import LLMError
+from app.threads.windows import descendants_of
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +53,19 @@ class EmbeddingDeferred(JobDeferred):
 
 
 class ChronicleWriter:
-    def __init__(self, store: ContextStore, summarizer: Summarizer, *, max_tokens: int) -> None:
+    def __init__(
+        self,
+        store: ContextStore,
+        summarizer: Summarizer,
+        jobs: JobQueue,
+        schedule_condense: Callable[[LockedTask, HeadState, HeadState], Awaitable[bool]],
+        *,
+        max_tokens: int,
+    ) -> None:
         self.store = store
         self.summarizer = summarizer
+        self.jobs = jobs
+        self.schedule_condense = schedule_condense  # an embedding may cross the threshold
         self.max_tokens = max_tokens
 
     async def write(self, job: Job) -> dict[str, Any]:
@@ -62,6 +75,10 @@ class ChronicleWriter:
             assert thread is not None
             chronicle = thread.chronicle_summary
             if chronicle is None:
+                below = descendants_of(thread.thread_id, locked.threads)
+                if below and await self.jobs.active(job.task_uuid, KIND, below):
+                    # Their chronicles land in this thread first: this one tells of them.
+                    raise JobDeferred("threads under it are still being chronicled")
                 head = await self.store.recovered_head(locked)
                 task_files = ContextFiles(self.store.task_dir(locked.task))
                 backend = await asyncio.to_thread(task_files.summary_backend)
@@ -78,17 +95,32 @@ class ChronicleWriter:
                 )
             finally:
                 handle.close()
-            async with self.store.db.transaction() as session:
-                await session.execute(
-                    update(Thread)
-                    .where(Thread.task_uuid == job.task_uuid, Thread.thread_id == thread.thread_id)
-                    .values(chronicle_summary=chronicle)
-                )
+            chronicle = await self._keep(job, chronicle)
             log.info(
                 "thread %d: chronicle written (%d characters)", thread.thread_id, len(chronicle)
             )
         result["embedded"] = await self._embed(job.task_uuid, thread, chronicle)
         return result
+
+    async def _keep(self, job: Job, chronicle: str) -> str:
+        """Store the chronicle unless a run whose lease lapsed stored one first; the stored
+        one (what is embedded must not change between runs)."""
+        async with self.store.db.transaction() as session:
+            await session.execute(
+                update(Thread)
+                .where(
+                    Thread.task_uuid == job.task_uuid,
+                    Thread.thread_id == job.thread_id,
+                    Thread.chronicle_summary.is_(None),
+                )
+                .values(chronicle_summary=chronicle)
+            )
+            stored = await session.scalar(
+                select(Thread.chronicle_summary).where(
+                    Thread.task_uuid == job.task_uuid, Thread.thread_id == job.thread_id
+                )
+            )
+        return stored or chronicle
 
     async def _summarize(
         self, job: Job, history: History, backend: str | None, prompt: str
@@ -111,23 +143,37 @@ class ChronicleWriter:
             return text.strip(), f"extractive (after {exc.backend} failed)"
 
     async def _embed(self, task_uuid: str, thread: Thread, chronicle: str) -> bool | str:
-        """Seed 003's embedding in the parent; True, or why it was not (the task finished,
-        the parent ended)."""
+        """Seed 003's embedding in the parent, ended or not (its chronicle is written after
+        its children's: a parent ended with cascade, or right after its child, still gets
+        theirs); True, or why it was not (the task finished)."""
         status = "completed" if thread.status == "completed" else "aborted"
         message = {
             "role": "system",
             "content": embedding(thread.label or f"#{thread.thread_id}", status, chronicle),
             "metadata": {"stelis_thread_id": thread.thread_id, "stelis_status": status},
         }
-        try:
-            await self.store.append(
-                task_uuid, [message], f"chronicle-{thread.thread_id}", thread.parent_thread_id
-            )
-        except Conflict as exc:
-            if exc.code == "tool_results_pending":
-                raise EmbeddingDeferred(str(exc)) from exc
-            log.info("thread %d: chronicle not embedded: %s", thread.thread_id, exc)
-            return exc.code
+        async with self.store.locked(task_uuid, thread.parent_thread_id) as parent:
+            task = parent.task
+            if task.status == "paused":
+                raise JobDeferred(f"task {task_uuid} is paused")
+            if task.status != "running":
+                log.info(
+                    "thread %d: chronicle not embedded: task %s", thread.thread_id, task.status
+                )
+                return "task_not_writable"
+            try:
+                before = await self.store.recovered_head(parent)
+                after, _ = await self.store.append_locked(
+                    parent,
+                    [message],
+                    idempotency_key=f"{SERVICE_KEY}chronicle-{thread.thread_id}",
+                    ended_parent=True,
+                )
+            except Conflict as exc:
+                if exc.code == "tool_results_pending":
+                    raise EmbeddingDeferred(str(exc)) from exc
+                raise
+        await self.schedule_condense(parent, before, after)
         return True
 
 

@@ -17,7 +17,7 @@ class ThreadCreate(BaseModel):
             ]
         },
     )
-    parent_thread_id: int = Field(0, ge=0, description="0: the task's root context.")
+    parent_thread_id: int = Field(0, ge=0, le=2**31 - 1, description="0: the task's root context.")
     label: str | None = Field(None, max_length=255)
     window_ratio: float | None = Field(
         None, gt=0, lt=1, description="Share of the parent's window; STELIS_DEFAULT_WINDOW_RATIO."

@@ -19,7 +19,7 @@ from app.tasks.service import TaskService
 from app.threads.anchors import one_line
 from app.threads.chronicle import KIND as CHRONICLE
 from app.threads.schemas import ThreadCreate, ThreadEnd, ThreadOut
-from app.threads.windows import ROOT, may_start_under, window_of
+from app.threads.windows import ROOT, descendants_of, may_start_under, window_of
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class ThreadService:
                     f"a thread under thread {body.parent_thread_id} would be level "
                     f"{parent_depth + 2}; at most {max_depth} levels",
                     code="thread_depth_exceeded",
-                    details={"depth": parent_depth + 1, "max_depth": max_depth},
+                    details={"level": parent_depth + 2, "max_depth": max_depth},
                 )
             head = await self.store.recovered_head(parent)
             if head.open_tool_calls:  # the anchor may not come between calls and results
@@ -104,7 +104,9 @@ class ThreadService:
         async with self.store.locked(task_uuid, thread_id) as locked:
             self._require_writable(locked, "end threads")
             threads = locked.threads
-            active = [t for t in _descendants(thread_id, threads) if threads[t].status == "active"]
+            active = [
+                t for t in descendants_of(thread_id, threads) if threads[t].status == "active"
+            ]
             if active and not body.cascade:
                 raise Conflict(
                     f"thread {thread_id} has active threads under it: {active}; end them first "
@@ -174,11 +176,6 @@ def _create_files(directory: Path, *, fsync: bool) -> None:
         fsync_dir(directory.parent)
 
 
-def _descendants(thread_id: int, threads: dict[int, Thread]) -> list[int]:
-    below = [t for t, row in threads.items() if row.parent_thread_id == thread_id]
-    return [d for child in below for d in (child, *_descendants(child, threads))]
-
-
 def _root(task: Task, threads: dict[int, Thread]) -> ThreadOut:
     return ThreadOut(
         thread_id=ROOT,
@@ -190,7 +187,9 @@ def _root(task: Task, threads: dict[int, Thread]) -> ThreadOut:
         label=None,
         chronicle_prompt=None,
         chronicle_summary=None,
-        message_count=task.total_messages - sum(t.message_count for t in threads.values()),
+        # The task counts every context's messages (never below 0: see the store's
+        # from-scratch rebuild, which counts the root's alone).
+        message_count=max(0, task.total_messages - sum(t.message_count for t in threads.values())),
         created_at=task.created_at,
         completed_at=task.completed_at,
     )

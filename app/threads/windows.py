@@ -33,6 +33,12 @@ def chain_of(thread_id: int, threads: Mapping[int, Ratioed]) -> list[int]:
     return chain[::-1]
 
 
+def descendants_of(thread_id: int, threads: Mapping[int, Ratioed]) -> list[int]:
+    """Every thread below ``thread_id``, depth first."""
+    below = [t for t, row in threads.items() if row.parent_thread_id == thread_id]
+    return [d for child in below for d in (child, *descendants_of(child, threads))]
+
+
 def chain_ratios(thread_id: int, threads: Mapping[int, Ratioed]) -> list[float]:
     """The window ratios from the root down to ``thread_id``."""
     return [threads[i].window_ratio for i in chain_of(thread_id, threads)]

@@ -45,7 +45,7 @@ async def test_seed_003_s_example_tree(client: httpx.AsyncClient, context_dir: P
         f"/tasks/{uuid}/threads", json={"parent_thread_id": grandchild["thread_id"]}
     )
     details = assert_error(response, 409, "thread_depth_exceeded")
-    assert details == {"depth": 3, "max_depth": 3}
+    assert details == {"level": 4, "max_depth": 3}  # levels count the root's
     assert snapshot_dir(context_dir) == before
     tree = (await client.get(f"/tasks/{uuid}/threads")).json()
     assert tree == tree_before
