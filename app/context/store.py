@@ -42,7 +42,8 @@ from app.errors import (
     ThreadNotActive,
     ThreadNotFound,
 )
-from app.storage.layout import METADATA, STATUS_DIRS, Layout, context_dir
+from app.storage.jsonl import fsync_dir, truncate
+from app.storage.layout import CURRENT, MESSAGES, METADATA, STATUS_DIRS, Layout, context_dir
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
 from app.tokens.counting import TokenCounting
@@ -201,6 +202,15 @@ class ContextStore:
             raise ThreadNotFound(locked.task.uuid, thread_id)
         other = LockedTask(locked.task, _head_state(row), thread_id, locked.threads)
         return dataclasses.replace(other, head=await self.recovered_head(other))
+
+    async def create_context(self, locked: LockedTask, thread: Thread) -> None:
+        """A new thread of the locked task: its empty files, then its row and head in one
+        transaction (a leftover directory of a start that never committed is emptied)."""
+        directory = context_dir(self.task_dir(locked.task), thread.thread_id)
+        await asyncio.to_thread(_create_files, directory, fsync=self.fsync)
+        async with self.db.transaction() as session:
+            session.add(thread)
+            session.add(ContextHead(task_uuid=thread.task_uuid, thread_id=thread.thread_id))
 
     def task_dir(self, task: Task) -> Path:
         return self.layout.task_dir(task.status, task.uuid)
@@ -526,6 +536,16 @@ def _open_snapshot(
 ) -> tuple[BinaryIO, dict[str, Any]]:
     metadata = orjson.loads((task_dir / METADATA).read_bytes())
     return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
+
+
+def _create_files(directory: Path, *, fsync: bool) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in (directory / MESSAGES, directory / CURRENT):
+        path.touch()
+        truncate(path, 0, fsync=fsync)
+    if fsync:  # the new names, up to threads/ in the task's directory
+        for path in (directory, directory.parent, directory.parent.parent):
+            fsync_dir(path)
 
 
 def _head_update(task_uuid: str, thread_id: int, head: HeadState) -> Update:

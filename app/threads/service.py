@@ -1,20 +1,16 @@
 """Starting, ending and aborting threads, and reading the tree (SPEC §8)."""
 
-import asyncio
 import dataclasses
 import logging
 from datetime import UTC, datetime
-from pathlib import Path
 
 from sqlalchemy import select
 
 from app.config import Settings
 from app.context.store import ContextStore, LockedTask
-from app.db.models import ContextHead, Job, Task, Thread
+from app.db.models import Job, Task, Thread
 from app.errors import Conflict, TaskNotFound, TaskNotWritable, ThreadNotActive
 from app.jobs.queue import JobQueue
-from app.storage.jsonl import fsync_dir, truncate
-from app.storage.layout import CURRENT, MESSAGES, context_dir
 from app.tasks.service import TaskService
 from app.threads.anchors import one_line
 from app.threads.chronicle import KIND as CHRONICLE
@@ -76,11 +72,7 @@ class ThreadService:
                 message_count=0,
                 created_at=datetime.now(UTC),
             )
-            directory = context_dir(self.store.task_dir(parent.task), thread.thread_id)
-            await asyncio.to_thread(_create_files, directory, fsync=self.store.fsync)
-            async with self.store.db.transaction() as session:
-                session.add(thread)
-                session.add(ContextHead(task_uuid=task_uuid, thread_id=thread.thread_id))
+            await self.store.create_context(parent, thread)
             # After the commit: a crash in between leaves a thread without its anchor, never
             # an anchor without its thread.
             parent = dataclasses.replace(parent, head=head)
@@ -162,18 +154,6 @@ class ThreadService:
         for thread_id, thread in threads.items():
             nodes[thread.parent_thread_id].children.append(nodes[thread_id])
         return nodes[ROOT]
-
-
-def _create_files(directory: Path, *, fsync: bool) -> None:
-    """Empty context files (a leftover of a start that never committed is emptied)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in (MESSAGES, CURRENT):
-        path = directory / name
-        path.touch()
-        truncate(path, 0, fsync=fsync)
-    if fsync:
-        fsync_dir(directory)
-        fsync_dir(directory.parent)
 
 
 def _root(task: Task, threads: dict[int, Thread]) -> ThreadOut:
