@@ -58,6 +58,8 @@ async def append_messages(
         str | None,
         Header(
             max_length=200,  # the service may put a thread's id in front (255 in the table)
+            # Printable ASCII: the service's own keys start with a control character.
+            pattern=r"^[\x20-\x7e]+$",
             description="A retried POST with the same key appends nothing.",
         ),
     ] = None,
