@@ -38,6 +38,7 @@ from app.tokens.costs import TokenCosts, in_format
 LATEST_EXCHANGES = 3
 MESSAGE_SHARE = 4  # no message takes more than a quarter of a protected region
 _EXCHANGE_SCAN = 40  # lines read back from a thread's end to find its latest exchanges
+_TAIL_CHUNK = 16 << 10  # every child's tail is read for each payload of its parent: small reads
 
 
 @dataclass
@@ -213,7 +214,8 @@ class _AnchorRenderer:
         found: list[tuple[str, str]] = []
         with open(path, "rb") as f:
             end = min(head.current_bytes, f.seek(0, 2))
-            for scanned, line in enumerate(iter_lines_backward(f, end)):
+            lines = iter_lines_backward(f, end, chunk=_TAIL_CHUNK)
+            for scanned, line in enumerate(lines):
                 if len(found) == LATEST_EXCHANGES or scanned == _EXCHANGE_SCAN:
                     break
                 try:

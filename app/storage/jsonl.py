@@ -201,14 +201,16 @@ def _start_of_line_containing(f: BinaryIO, pos: int, floor: int) -> int:
     return floor
 
 
-def iter_lines_backward(f: BinaryIO, end: int, start: int = 0) -> Iterator[bytes]:
+def iter_lines_backward(
+    f: BinaryIO, end: int, start: int = 0, chunk: int = CHUNK
+) -> Iterator[bytes]:
     """The complete lines of [start, end) of an open file (``start`` on a line boundary), last
-    first, without newlines; reads CHUNK bytes at a time from the end, so the tail of a huge
-    file costs only its tail."""
+    first, without newlines; reads ``chunk`` bytes at a time from the end, so the tail of a
+    huge file costs only its tail."""
     position = end
     pending = b""
     while position > start:
-        low = max(start, position - CHUNK)
+        low = max(start, position - chunk)
         f.seek(low)
         pending = f.read(position - low) + pending
         position = low
