@@ -26,6 +26,12 @@ async def thread_tree(uuid: TaskUUID, services: ServicesDep) -> ThreadOut:
     return await services.threads.tree(uuid)
 
 
+@router.get("/{thread_id}", response_model=ThreadOut)
+async def get_thread(uuid: TaskUUID, thread_id: ThreadPath, services: ServicesDep) -> ThreadOut:
+    """One thread with the threads under it (its chronicle once the job has written it)."""
+    return await services.threads.get(uuid, thread_id)
+
+
 @router.post("/{thread_id}/end", response_model=ThreadOut)
 async def end_thread(
     uuid: TaskUUID, thread_id: ThreadPath, services: ServicesDep, body: ThreadEnd | None = None

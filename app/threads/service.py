@@ -9,7 +9,7 @@ from sqlalchemy import select
 from app.config import Settings
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Job, Task, Thread
-from app.errors import Conflict, TaskNotFound, TaskNotWritable, ThreadNotActive
+from app.errors import Conflict, TaskNotFound, TaskNotWritable, ThreadNotActive, ThreadNotFound
 from app.jobs.queue import JobQueue
 from app.tasks.service import TaskService
 from app.threads.anchors import one_line
@@ -138,6 +138,16 @@ class ThreadService:
         thread = locked.thread
         if thread is not None and thread.status != "active":
             raise ThreadNotActive(task.uuid, thread.thread_id, thread.status)
+
+    async def get(self, task_uuid: str, thread_id: int) -> ThreadOut:
+        """One context with the threads under it."""
+        pending = [await self.tree(task_uuid)]
+        while pending:
+            node = pending.pop()
+            if node.thread_id == thread_id:
+                return node
+            pending += node.children
+        raise ThreadNotFound(task_uuid, thread_id)
 
     async def tree(self, task_uuid: str) -> ThreadOut:
         """The root context (thread 0) with its threads nested under their parents."""

@@ -132,3 +132,20 @@ async def test_concurrent_starts_get_distinct_consecutive_ids(client: httpx.Asyn
     assert sorted(t["thread_id"] for t in started) == list(range(1, 21))
     tree = (await client.get(f"/tasks/{uuid}/threads")).json()
     assert [c["thread_id"] for c in tree["children"]] == list(range(1, 21))
+
+
+async def test_one_thread_with_the_threads_under_it(client: httpx.AsyncClient) -> None:
+    uuid = (await create_task(client))["uuid"]
+    child = await start(client, uuid, label="child")
+    grandchild = await start(client, uuid, parent_thread_id=child["thread_id"])
+    await start(client, uuid, label="sibling")
+    response = await client.get(f"/tasks/{uuid}/threads/{child['thread_id']}")
+    assert response.status_code == 200, response.text
+    found = response.json()
+    assert (found["thread_id"], found["label"]) == (child["thread_id"], "child")
+    assert [c["thread_id"] for c in found["children"]] == [grandchild["thread_id"]]
+    details = assert_error(await client.get(f"/tasks/{uuid}/threads/99"), 404, "thread_not_found")
+    assert details == {"uuid": uuid, "thread_id": 99}
+    missing = "6f1c1d0e-0000-4000-8000-000000000000"
+    assert_error(await client.get(f"/tasks/{missing}/threads/1"), 404, "task_not_found")
+    assert (await client.get(f"/tasks/{uuid}/threads/0")).status_code == 422
