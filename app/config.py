@@ -57,6 +57,24 @@ class WebhookConfig(BaseModel):
     secret: SecretStr | None = None
 
 
+KeyRole = Literal["agent", "admin"]
+
+
+class ApiKeyConfig(BaseModel):
+    """One named key in ``API_KEYS`` (a JSON object: name -> this).
+
+    Agent keys do everything but delete tasks and run maintenance (admin keys). ``users`` and
+    ``task_sources`` limit a key to those tenants' tasks (both: both must match).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: SecretStr = Field(min_length=16)
+    role: KeyRole = "agent"
+    users: tuple[str, ...] | None = None
+    task_sources: tuple[str, ...] | None = None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
 
@@ -141,6 +159,11 @@ class Settings(BaseSettings):
     )
     webhooks: dict[str, WebhookConfig] = Field(
         default_factory=dict, description="Named webhooks: JSON object name -> {url, events...}."
+    )
+    api_keys: dict[str, ApiKeyConfig] = Field(
+        default_factory=dict,
+        description="Bearer API keys: JSON object name -> {key, role, users, task_sources}; "
+        "empty: no authentication (local use).",
     )
     webhook_timeout_s: float = Field(10.0, gt=0, description="Per delivery attempt.")
     webhook_max_attempts: int = Field(5, ge=1, description="Deliveries tried before giving up.")

@@ -1,6 +1,8 @@
 """The service's error tree and the one place where errors become HTTP answers.
 
     AppError                      500 internal_error
+     ├── Unauthorized             401  (no key, unknown key)
+     ├── Forbidden                403  (admin_key_required, key_scope_too_narrow, out_of_scope)
      ├── NotFound                 404  (task_not_found, ...)
      ├── Conflict                 409  (invalid_transition, task_not_writable, ...)
      ├── TooLarge                 413  (body_too_large, message_too_large, context_over_budget)
@@ -18,6 +20,7 @@ from pydantic import BaseModel
 class AppError(Exception):
     status_code: ClassVar[int] = 500
     default_code: ClassVar[str] = "internal_error"
+    headers: ClassVar[dict[str, str] | None] = None  # sent with the answer
 
     def __init__(
         self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None
@@ -26,6 +29,17 @@ class AppError(Exception):
         self.message = message
         self.code = code or self.default_code
         self.details = details or {}
+
+
+class Unauthorized(AppError):
+    status_code = 401
+    default_code = "unauthorized"
+    headers: ClassVar[dict[str, str] | None] = {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(AppError):
+    status_code = 403
+    default_code = "forbidden"
 
 
 class NotFound(AppError):

@@ -1,9 +1,10 @@
 """The ASGI application: ``uvicorn app.main:app``."""
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware
+from app.auth.dependencies import authenticate
 from app.compaction.endpoints import router as compaction_router
 from app.config import Settings
 from app.final_summaries.endpoints import router as final_summaries_router
@@ -26,11 +27,17 @@ from app.tools.endpoints import router as tools_router
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings)
+    # With keys configured nothing but health answers without one: the schema and docs pages
+    # are not served (openapi.yaml in the repository documents the API).
+    public = not settings.api_keys
     app = FastAPI(
         title="Context service",
         version="0.1.0",
         summary="Durable, compacted LLM conversation context for coding agents.",
         lifespan=lifespan,
+        openapi_url="/openapi.json" if public else None,
+        docs_url="/docs" if public else None,
+        redoc_url="/redoc" if public else None,
     )
     app.state.settings = settings
     install_error_handlers(app)
@@ -49,11 +56,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         final_summaries_router,
         inheritance_router,
         threads_router,
-        ops_router,
         stats_router,
         maintenance_router,
     ):
-        app.include_router(router)
+        app.include_router(router, dependencies=[Depends(authenticate)])
+    app.include_router(ops_router)  # health needs no key; /metrics asks for one itself
     return app
 
 

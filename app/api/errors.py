@@ -26,6 +26,8 @@ _HTTP_CODES = {
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in {
+        401: "No API key, or an unknown one (when API_KEYS is set)",
+        403: "The key's role or tenants do not allow this",
         404: "Unknown task",
         409: "The task's state does not allow this",
         413: "Too large",
@@ -38,7 +40,9 @@ def _app_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AppError)
     if exc.status_code >= 500:
         log.error("%s: %s", exc.code, exc.message)
-    return JSONResponse(error_payload(exc.code, exc.message, exc.details), exc.status_code)
+    return JSONResponse(
+        error_payload(exc.code, exc.message, exc.details), exc.status_code, headers=exc.headers
+    )
 
 
 def _validation_error(_: Request, exc: Exception) -> JSONResponse:

@@ -3,10 +3,11 @@
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
+from app.auth.dependencies import require_unscoped
 from app.storage.layout import FINAL_SUMMARY
 from app.tasks.presenters import inheritance_out
 from app.tasks.schemas import Candidate, CandidatePage, InheritanceOut, TaskKey
@@ -14,7 +15,11 @@ from app.tasks.schemas import Candidate, CandidatePage, InheritanceOut, TaskKey
 router = APIRouter(tags=["lifecycle"], responses=ERROR_RESPONSES)
 
 
-@router.get("/inheritance/candidates", response_model=CandidatePage)
+@router.get(
+    "/inheritance/candidates",
+    response_model=CandidatePage,
+    dependencies=[Depends(require_unscoped)],
+)
 async def inheritance_candidates(
     services: ServicesDep,
     task_source: str,

@@ -3,13 +3,19 @@
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 
 from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
+from app.auth.dependencies import require_unscoped
 from app.jobs.schemas import JobOut, JobPage, JobStatus
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/jobs",
+    tags=["jobs"],
+    responses=ERROR_RESPONSES,
+    dependencies=[Depends(require_unscoped)],
+)
 
 
 @router.get("/{job_id}", response_model=JobOut)

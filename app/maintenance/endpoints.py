@@ -2,13 +2,19 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Depends
 
 from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
+from app.auth.dependencies import require_admin
 from app.maintenance.schemas import CleanupBody, CleanupReport
 
-router = APIRouter(prefix="/maintenance", tags=["maintenance"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/maintenance",
+    tags=["maintenance"],
+    responses=ERROR_RESPONSES,
+    dependencies=[Depends(require_admin)],
+)
 
 
 @router.post("/cleanup", response_model=CleanupReport)

@@ -3,11 +3,12 @@
 import asyncio
 import os
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from app.api.deps import ServicesDep
+from app.auth.dependencies import require_unscoped
 from app.observability.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["ops"])
@@ -55,6 +56,7 @@ context_messages_appended_total 418.0
 
 @router.get(
     "/metrics",
+    dependencies=[Depends(require_unscoped)],
     response_class=PrometheusResponse,
     responses={
         200: {

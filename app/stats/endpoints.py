@@ -2,13 +2,16 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
+from app.auth.dependencies import require_unscoped
 from app.stats.schemas import StatsOut, StatsQuery
 
-router = APIRouter(tags=["ops"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    tags=["ops"], responses=ERROR_RESPONSES, dependencies=[Depends(require_unscoped)]
+)
 
 
 @router.get("/stats", response_model=StatsOut)

@@ -3,10 +3,12 @@
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Depends, Query, Response, status
 
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
+from app.auth.dependencies import PrincipalDep, require_admin
+from app.errors import Forbidden
 from app.tasks.presenters import task_created, task_out
 from app.tasks.repository import encode_cursor
 from app.tasks.schemas import FailBody, TaskCreate, TaskCreated, TaskOut, TaskPage, TaskStatus
@@ -20,8 +22,15 @@ router = APIRouter(prefix="/tasks", tags=["tasks"], responses=ERROR_RESPONSES)
     response_model=TaskCreated,
     responses={200: {"model": TaskCreated, "description": "Same uuid and body: already created"}},
 )
-async def create_task(body: TaskCreate, services: ServicesDep, response: Response) -> TaskCreated:
-    """Create a task (idempotent for the same uuid and body)."""
+async def create_task(
+    body: TaskCreate, services: ServicesDep, response: Response, principal: PrincipalDep
+) -> TaskCreated:
+    """Create a task (idempotent for the same uuid and body); a key limited to some tenants
+    creates only theirs (403 out_of_scope)."""
+    if not principal.allows(body.user, body.task_key.task_source):
+        raise Forbidden(
+            "this key may not create tasks for that user or task source", code="out_of_scope"
+        )
     view, created = await services.tasks.create(body)
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -31,6 +40,7 @@ async def create_task(body: TaskCreate, services: ServicesDep, response: Respons
 @router.get("", response_model=TaskPage)
 async def list_tasks(
     services: ServicesDep,
+    principal: PrincipalDep,
     status: TaskStatus | None = None,
     user: str | None = None,
     task_source: str | None = None,
@@ -43,8 +53,9 @@ async def list_tasks(
     cursor: str | None = Query(None, description="next_cursor of the previous page"),
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> TaskPage:
-    """Tasks, newest first, filtered and paginated."""
+    """Tasks, newest first, filtered and paginated (only its tenants' for a scoped key)."""
     tasks = await services.tasks.list(
+        scope=principal,
         filters={
             "status": status,
             "user": user,
@@ -94,7 +105,9 @@ async def fail_task(uuid: TaskUUID, body: FailBody, services: ServicesDep) -> Ta
     return task_out(await services.tasks.transition(uuid, "fail", error_message=body.error_message))
 
 
-@router.delete("/{uuid}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete(
+    "/{uuid}", status_code=status.HTTP_204_NO_CONTENT, dependencies=[Depends(require_admin)]
+)
 async def delete_task(uuid: TaskUUID, services: ServicesDep) -> Response:
     """Remove the task's row and its directory."""
     await services.tasks.delete(uuid)

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.keys import OPEN, Principal
 from app.db.models import Task
 from app.errors import InvalidInput
 
@@ -42,9 +43,14 @@ async def list_tasks(
     created_before: datetime | None,
     cursor: str | None,
     limit: int,
+    scope: Principal = OPEN,
 ) -> list[Task]:
-    """Newest first; keyset pagination on (created_at, uuid)."""
+    """Newest first; keyset pagination on (created_at, uuid); only tasks ``scope`` may see."""
     query: Select[tuple[Task]] = select(Task)
+    if scope.users is not None:
+        query = query.where(Task.user.in_(scope.users))
+    if scope.task_sources is not None:
+        query = query.where(Task.task_source.in_(scope.task_sources))
     for column in FILTER_COLUMNS:
         if filters.get(column) is not None:
             query = query.where(getattr(Task, column) == filters[column])

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from sqlalchemy import update
 
+from app.auth.keys import Principal
 from app.compaction.policy import (
     Budget,
     budget_for,
@@ -24,7 +25,7 @@ from app.context.files import ContextFiles, write_group
 from app.context.records import ContextAccumulator, HeadState, StatsDelta
 from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.db.models import ContextHead, Job, Task, Thread
-from app.errors import Conflict, InvalidInput, StorageError
+from app.errors import Conflict, InvalidInput, StorageError, TaskNotFound
 from app.formats import FORMATS, native_format
 from app.inheritance.service import InheritanceService, Inherited
 from app.jobs.queue import JobQueue
@@ -304,6 +305,13 @@ class TaskService:
     async def get(self, task_uuid: str) -> TaskView:
         context = await self.store.head(task_uuid)
         return self.view(context.task, context.head)
+
+    async def require_visible(self, task_uuid: str, principal: Principal) -> None:
+        """TaskNotFound unless the task exists and is one of ``principal``'s tenants'."""
+        async with self.store.db.reader() as session:
+            task = await session.get(Task, task_uuid)
+        if task is None or not principal.allows(task.user, task.task_source):
+            raise TaskNotFound(task_uuid)
 
     async def list(self, **query: Any) -> list[Task]:
         async with self.store.db.reader() as session:
