@@ -5,6 +5,7 @@ from fastapi import Depends, FastAPI
 from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware
 from app.auth.dependencies import authenticate
+from app.auth.middleware import AuthMiddleware
 from app.compaction.endpoints import router as compaction_router
 from app.config import Settings
 from app.final_summaries.endpoints import router as final_summaries_router
@@ -42,6 +43,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Outside the body limit: a caller without a key has nothing of its body read.
+    app.add_middleware(AuthMiddleware, keys=settings.api_keys)
     # Added last, so outermost: requests refused by the body limit are timed and logged too.
     app.add_middleware(RequestMetricsMiddleware)
     app.add_middleware(TaskLogContextMiddleware)
@@ -60,7 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         maintenance_router,
     ):
         app.include_router(router, dependencies=[Depends(authenticate)])
-    app.include_router(ops_router)  # health needs no key; /metrics asks for one itself
+    app.include_router(ops_router)  # health needs no key (AuthMiddleware.PUBLIC_PATHS)
     return app
 
 

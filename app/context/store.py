@@ -163,6 +163,11 @@ class ContextStore:
     ) -> AsyncIterator[LockedTask]:
         """Hold the task lock; yield its row and the committed head of one of its contexts,
         its directory in place. The lock is the task's: all its contexts share it."""
+        if not await asyncio.to_thread(self.layout.lock_path(task_uuid).exists):
+            # Lock files are made with their tasks: a guessed uuid must not leave one behind.
+            async with self.db.reader() as session:
+                if await session.get(Task, task_uuid) is None:
+                    raise TaskNotFound(task_uuid)
         async with self.locks.hold(task_uuid):
             async with self.db.reader() as session:
                 row = (

@@ -1,8 +1,9 @@
 """Declarative base with a constraint naming convention and portable column types."""
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator
 from sqlalchemy import JSON, DateTime, MetaData
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -18,6 +19,20 @@ NAMING_CONVENTION = {
 }
 
 PortableJSON = JSON().with_variant(JSONB(), "postgresql")
+
+
+def as_utc(value: datetime) -> datetime:
+    """A query bound in UTC (without a zone: read as UTC); ValueError for one whose UTC time
+    falls outside years 1-9999 (a 422 at the edge, not an OverflowError in the database)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("the time is out of range in UTC") from exc
+
+
+UTCBound = Annotated[datetime, AfterValidator(as_utc)]  # a query parameter or filter field
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -19,7 +19,9 @@ router = APIRouter(
 
 
 @router.get("/{job_id}", response_model=JobOut)
-async def get_job(job_id: Annotated[int, Path(ge=1)], services: ServicesDep) -> JobOut:
+async def get_job(
+    job_id: Annotated[int, Path(ge=1, le=2**63 - 1)], services: ServicesDep
+) -> JobOut:
     """One job with its status, attempts, error and result."""
     return JobOut.model_validate(await services.jobs.get(job_id))
 

@@ -6,14 +6,15 @@ from fastapi import APIRouter, Body, Depends
 
 from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
-from app.auth.dependencies import require_admin
+from app.auth.dependencies import require_admin, require_unscoped
 from app.maintenance.schemas import CleanupBody, CleanupReport
 
 router = APIRouter(
     prefix="/maintenance",
     tags=["maintenance"],
     responses=ERROR_RESPONSES,
-    dependencies=[Depends(require_admin)],
+    # Cleanup spans every tenant: an admin key limited to some may not run it.
+    dependencies=[Depends(require_admin), Depends(require_unscoped)],
 )
 
 

@@ -1,9 +1,10 @@
 """The /stats filters and answer."""
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.db.base import as_utc
 from app.tasks.schemas import TaskKey
 
 RUNNING_LIMIT = 100  # running tasks listed by default (the total is always given)
@@ -32,9 +33,7 @@ class StatsFilters(BaseModel):
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
         # The same reading as GET /tasks' created range: a bound without a zone is UTC.
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return None if value is None else as_utc(value)
 
     @model_validator(mode="after")
     def _ordered(self) -> "StatsFilters":

@@ -1,6 +1,5 @@
 """/tasks: create, list, read, lifecycle, delete."""
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response, status
@@ -8,6 +7,7 @@ from fastapi import APIRouter, Depends, Query, Response, status
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
 from app.auth.dependencies import PrincipalDep, require_admin
+from app.db.base import UTCBound
 from app.errors import Forbidden
 from app.tasks.presenters import task_created, task_out
 from app.tasks.repository import encode_cursor
@@ -48,8 +48,8 @@ async def list_tasks(
     repo: str | None = None,
     task_type: str | None = None,
     task_id: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
+    created_after: UTCBound | None = None,
+    created_before: UTCBound | None = None,
     cursor: str | None = Query(None, description="next_cursor of the previous page"),
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> TaskPage:

@@ -1,13 +1,14 @@
 """Task queries."""
 
 import base64
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.keys import OPEN, Principal
+from app.db.base import as_utc
 from app.db.models import Task
 from app.errors import InvalidInput
 
@@ -25,14 +26,9 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         when = datetime.fromisoformat(created)
         if when.tzinfo is None:
             raise ValueError("issued cursors carry a zone")
-        return when, uuid
+        return as_utc(when), uuid
     except ValueError as exc:
         raise InvalidInput("cursor is not one this service issued", code="invalid_cursor") from exc
-
-
-def _as_utc(value: datetime) -> datetime:
-    """A query bound without a zone is read as UTC (the column refuses naive datetimes)."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 async def list_tasks(
@@ -55,9 +51,9 @@ async def list_tasks(
         if filters.get(column) is not None:
             query = query.where(getattr(Task, column) == filters[column])
     if created_after is not None:
-        query = query.where(Task.created_at >= _as_utc(created_after))
+        query = query.where(Task.created_at >= as_utc(created_after))
     if created_before is not None:
-        query = query.where(Task.created_at < _as_utc(created_before))
+        query = query.where(Task.created_at < as_utc(created_before))
     if cursor is not None:
         created, uuid = _decode_cursor(cursor)
         query = query.where(

@@ -1,0 +1,59 @@
+"""Authentication before anything else: no body is read, parsed or validated for a caller
+without a valid key (a 422 would tell an unknown caller what the API expects)."""
+
+from collections.abc import Mapping
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.auth.keys import Principal, identify
+from app.config import ApiKeyConfig
+from app.errors import Unauthorized, error_payload
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
+PRINCIPAL = "principal"  # where the caller is kept in the request's state
+
+
+class AuthMiddleware:
+    """With keys configured, answers 401 unless ``Authorization: Bearer <key>`` names one; the
+    caller's principal goes into the request state for the routes' role and scope checks."""
+
+    def __init__(self, app: ASGIApp, keys: Mapping[str, ApiKeyConfig]) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        principal = self._principal(dict(scope["headers"]).get(b"authorization", b""))
+        if isinstance(principal, str):
+            await _unauthorized(send, principal)
+            return
+        scope.setdefault("state", {})[PRINCIPAL] = principal
+        await self.app(scope, receive, send)
+
+    def _principal(self, header: bytes) -> Principal | str:
+        """The caller, or why there is none."""
+        scheme, _, token = header.decode("latin-1").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return "an API key is needed: Authorization: Bearer <key>"
+        return identify(self.keys, token.strip()) or "the API key is not known"
+
+
+async def _unauthorized(send: Send, message: str) -> None:
+    refusal = Unauthorized(message)
+    body = orjson.dumps(error_payload(refusal.code, refusal.message))
+    headers = [(k.lower().encode(), v.encode()) for k, v in (refusal.headers or {}).items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": refusal.status_code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
