@@ -5,12 +5,13 @@ Everything comes from environment variables (names are case-insensitive, e.g. ``
 SQLite in ``./contexts`` and a bind on 127.0.0.1:8080.
 """
 
+import json
 import re
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1024 * 1024
 
@@ -67,7 +68,7 @@ class ApiKeyConfig(BaseModel):
     ``task_sources`` limit a key to those tenants' tasks (both: both must match).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     key: SecretStr = Field(min_length=16)
     role: KeyRole = "agent"
@@ -76,7 +77,10 @@ class ApiKeyConfig(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
+    # hide_input_in_errors: a refused setting may be a secret (an API key); never echo it.
+    model_config = SettingsConfigDict(
+        extra="ignore", case_sensitive=False, hide_input_in_errors=True
+    )
 
     context_dir: Path = Field(Path("contexts"), description="Root of the per-task directories.")
     database_url: str = Field(
@@ -160,10 +164,13 @@ class Settings(BaseSettings):
     webhooks: dict[str, WebhookConfig] = Field(
         default_factory=dict, description="Named webhooks: JSON object name -> {url, events...}."
     )
-    api_keys: dict[str, ApiKeyConfig] = Field(
+    api_keys: Annotated[dict[str, ApiKeyConfig], NoDecode] = Field(
         default_factory=dict,
-        description="Bearer API keys: JSON object name -> {key, role, users, task_sources}; "
-        "empty: no authentication (local use).",
+        description="Agent keys: comma-separated, or a JSON object name -> {key, role, users, "
+        "task_sources}. With ADMIN_API_KEYS empty too: no authentication (local use).",
+    )
+    admin_api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = Field(
+        (), description="Admin keys (delete, cleanup, maintenance): comma-separated."
     )
     webhook_timeout_s: float = Field(10.0, gt=0, description="Per delivery attempt.")
     webhook_max_attempts: int = Field(5, ge=1, description="Deliveries tried before giving up.")
@@ -195,6 +202,46 @@ class Settings(BaseSettings):
     llm_backends: dict[str, LLMBackendConfig] = Field(
         default_factory=dict, description="Named backends a request may choose: JSON object."
     )
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _named_keys(cls, value: Any) -> Any:
+        """API_KEYS as a comma-separated list (agent keys, named agent-1, agent-2...) or JSON."""
+        if not isinstance(value, str):
+            return value
+        value = value.strip()
+        if value.startswith("{"):
+            return json.loads(value)
+        keys = [k.strip() for k in value.split(",") if k.strip()]
+        return {f"agent-{i}": {"key": k} for i, k in enumerate(keys, 1)}
+
+    @field_validator("admin_api_keys", mode="before")
+    @classmethod
+    def _key_list(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        return [k.strip() for k in value.split(",") if k.strip()]
+
+    @model_validator(mode="after")
+    def _check_keys(self) -> Self:
+        """Refuse keys that could never match, or that two names share (which would win?)."""
+        if any(len(key.get_secret_value()) < 16 for key in self.admin_api_keys):
+            raise ValueError("API keys must have at least 16 characters")
+        secrets = [c.key.get_secret_value() for c in self.auth_keys.values()]
+        if any(s != s.strip() for s in secrets):
+            raise ValueError("API keys may not start or end with spaces")
+        if len(set(secrets)) != len(secrets):
+            raise ValueError("the same API key is configured twice")
+        return self
+
+    @property
+    def auth_keys(self) -> dict[str, ApiKeyConfig]:
+        """Every configured key by name: API_KEYS' and ADMIN_API_KEYS' (admin-1, admin-2...)."""
+        admins = {
+            f"admin-{i}": ApiKeyConfig(key=key, role="admin")
+            for i, key in enumerate(self.admin_api_keys, 1)
+        }
+        return self.api_keys | admins
 
     @model_validator(mode="after")
     def _check_llm(self) -> Self:

@@ -26,7 +26,11 @@ class AuthMiddleware:
         if scope["type"] != "http" or not self.keys or scope["path"] in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
-        principal = self._principal(dict(scope["headers"]).get(b"authorization", b""))
+        given = [value for name, value in scope["headers"] if name == b"authorization"]
+        if len(given) > 1:  # which one counts would depend on who reads: refuse them all
+            await _unauthorized(send, "send one Authorization header")
+            return
+        principal = self._principal(given[0] if given else b"")
         if isinstance(principal, str):
             await _unauthorized(send, principal)
             return

@@ -3,38 +3,49 @@
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Path, Query
 
 from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
-from app.auth.dependencies import require_unscoped
+from app.auth.dependencies import PrincipalDep, require_unscoped
+from app.errors import NotFound, TaskNotFound
 from app.jobs.schemas import JobOut, JobPage, JobStatus
 
-router = APIRouter(
-    prefix="/jobs",
-    tags=["jobs"],
-    responses=ERROR_RESPONSES,
-    dependencies=[Depends(require_unscoped)],
-)
+router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
 
 @router.get("/{job_id}", response_model=JobOut)
 async def get_job(
-    job_id: Annotated[int, Path(ge=1, le=2**63 - 1)], services: ServicesDep
+    job_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    services: ServicesDep,
+    principal: PrincipalDep,
 ) -> JobOut:
-    """One job with its status, attempts, error and result."""
-    return JobOut.model_validate(await services.jobs.get(job_id))
+    """One job with its status, attempts, error and result (a key limited to some tenants:
+    only their tasks' jobs)."""
+    job = await services.jobs.get(job_id)
+    if principal.scoped:
+        try:
+            await services.tasks.require_visible(job.task_uuid, principal)
+        except TaskNotFound:
+            raise NotFound(f"job {job_id} does not exist", code="job_not_found") from None
+    return JobOut.model_validate(job)
 
 
 @router.get("", response_model=JobPage)
 async def list_jobs(
     services: ServicesDep,
+    principal: PrincipalDep,
     task_uuid: UUID | None = None,
     status: JobStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> JobPage:
-    """Jobs, newest first."""
-    jobs = await services.jobs.list(
-        task_uuid=str(task_uuid) if task_uuid else None, status=status, limit=limit
-    )
+    """Jobs, newest first. A key limited to some tenants lists one task's at a time (its
+    own tasks' only)."""
+    task = str(task_uuid) if task_uuid else None
+    if principal.scoped:
+        if task is None:
+            require_unscoped(principal)
+        else:
+            await services.tasks.require_visible(task, principal)
+    jobs = await services.jobs.list(task_uuid=task, status=status, limit=limit)
     return JobPage(jobs=[JobOut.model_validate(j) for j in jobs])

@@ -74,7 +74,6 @@ OPEN_ROUTES = {("GET", "/healthz"), ("GET", "/readyz")}
 CROSS_TENANT = {
     ("GET", "/stats"),
     ("GET", "/jobs"),
-    ("GET", "/jobs/{job_id}"),
     ("GET", "/inheritance/candidates"),
     ("GET", "/metrics"),
 }
@@ -399,8 +398,9 @@ async def test_a_scoped_key_does_not_see_other_tenants_tasks(context_dir: Path, 
 
 @pytest.mark.parametrize("name", SCOPED)
 async def test_a_scoped_key_is_refused_views_across_tenants(context_dir: Path, name: str) -> None:
-    """Statistics, jobs, candidates, metrics and maintenance span every tenant: 403 for a key
-    limited to some (an agent key is refused maintenance for its role first)."""
+    """Statistics, the job list, candidates, metrics and maintenance span every tenant: 403 for
+    a key limited to some (an agent key is refused maintenance for its role first); another
+    tenant's job is 404."""
     async with running_app(keyed_settings(context_dir)) as client:
         world = await populate(client)
         before = await state(client, context_dir, world)
@@ -421,6 +421,7 @@ async def test_a_scoped_key_is_refused_views_across_tenants(context_dir: Path, n
             else "403 key_scope_too_narrow"
             for m, p in spanning
         }
+        expected["GET /jobs/{job_id}"] = "404 job_not_found"  # bob@github's: not its tenant's
         assert answers == expected
         assert await state(client, context_dir, world) == before
 
@@ -665,3 +666,46 @@ def test_scoped_and_open() -> None:
     assert GITLAB.scoped
     assert BOTH.scoped
     assert NOBODY.scoped  # an empty list limits to no one, it does not lift the limit
+
+
+async def test_a_scoped_key_reads_its_own_tasks_jobs(context_dir: Path) -> None:
+    """A scoped agent checks its webhooks and final summaries: one of its tasks' jobs at a time;
+    another tenant's are 404, the unfiltered list 403."""
+    async with running_app(keyed_settings(context_dir)) as client:
+        world = await populate(client)
+        alice = bearer("alice")
+        own = world.tasks["alice@github"]
+        assert (await send(client, "POST", f"/tasks/{own}/complete", alice)).status_code == 200
+        jobs = await settled_jobs(client, own, "final_summary")
+        listed = await send(client, "GET", f"/jobs?task_uuid={own}", alice)
+        assert listed.status_code == 200, listed.text
+        assert [j["id"] for j in listed.json()["jobs"]] == [j["id"] for j in jobs]
+        one = await send(client, "GET", f"/jobs/{jobs[0]['id']}", alice)
+        assert (one.status_code, one.json()["task_uuid"]) == (200, own)
+        other = world.tasks["bob@github"]
+        assert_error(
+            await send(client, "GET", f"/jobs?task_uuid={other}", alice), 404, "task_not_found"
+        )
+        assert_error(
+            await send(client, "GET", f"/jobs/{world.job_id}", alice), 404, "job_not_found"
+        )
+        assert_error(await send(client, "GET", "/jobs", alice), 403, "key_scope_too_narrow")
+
+
+def test_admin_api_keys_and_a_plain_list_of_agent_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC §11's ADMIN_API_KEYS, and API_KEYS as a comma-separated list; a short or shared key
+    is refused at start, its value never echoed."""
+    monkeypatch.setenv("API_KEYS", "agent-key-0123456789, agent-key-abcdefghij")
+    monkeypatch.setenv("ADMIN_API_KEYS", "admin-key-0123456789")
+    keys = Settings().auth_keys
+    assert {name: config.role for name, config in keys.items()} == {
+        "agent-1": "agent",
+        "agent-2": "agent",
+        "admin-1": "admin",
+    }
+    assert keys["agent-2"].key.get_secret_value() == "agent-key-abcdefghij"
+    for admins in ("short-secret", "agent-key-0123456789"):
+        monkeypatch.setenv("ADMIN_API_KEYS", admins)
+        with pytest.raises(ValidationError) as refused:
+            Settings()
+        assert admins not in str(refused.value)
