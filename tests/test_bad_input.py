@@ -19,9 +19,9 @@ import httpx
 import orjson
 import pytest
 from fastapi import FastAPI
-from starlette.types import Message, Scope
 
 from app.config import Settings
+from tests.asgi_raw import raw
 from tests.conftest import snapshot_dir, task_body
 
 KiB = 1024
@@ -308,46 +308,6 @@ async def test_refused_append_keeps_updated_at(client: Client, task: dict[str, A
 # -- paths and unknown tasks -----------------------------------------------------------------------
 
 
-async def raw_asgi_post(app: FastAPI, raw_path: bytes, body: bytes) -> httpx.Response:
-    """POST with a path exactly as given (httpx would normalise ``..`` away before sending)."""
-    scope: Scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": raw_path.decode("latin-1"),
-        "raw_path": raw_path,
-        "root_path": "",
-        "query_string": b"",
-        "headers": [
-            (b"host", b"test"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 80),
-    }
-    sent: list[Message] = []
-    delivered = False
-
-    async def receive() -> Message:
-        nonlocal delivered
-        if delivered:
-            return {"type": "http.disconnect"}
-        delivered = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    headers = [(k.decode(), v.decode()) for k, v in start["headers"]]
-    return httpx.Response(start["status"], headers=headers, content=content)
-
-
 @pytest.mark.parametrize(
     ("path", "status", "code"),
     [
@@ -387,7 +347,7 @@ async def test_traversal_path_sent_raw(
 ) -> None:
     """A literal ``..`` path reaching the app is a 4xx JSON error and touches no file."""
     before = await state(client, context_dir, task["uuid"])
-    assert_error(await raw_asgi_post(app, raw_path, orjson.dumps(user())), status, code)
+    assert_error(await raw(app, "POST", raw_path.decode(), body=user()), status, code)
     assert_unchanged(before, await state(client, context_dir, task["uuid"]))
 
 
