@@ -1,6 +1,8 @@
 """The one place where exceptions become HTTP answers, all in the shape of ErrorResponse."""
 
+import errno
 import logging
+import os
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -32,6 +34,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         409: "The task's state does not allow this",
         413: "Too large",
         422: "Invalid input",
+        503: "CONTEXT_DIR cannot be written (read-only, no permission)",
+        507: "CONTEXT_DIR is full: nothing was acknowledged",
     }.items()
 }
 
@@ -70,6 +74,28 @@ def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_payload(code, str(exc.detail)), exc.status_code, headers=exc.headers)
 
 
+# Why a write to CONTEXT_DIR (or the database's disk) can fail without anything being wrong
+# with the service: the disk is full, or it cannot be written.
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def _os_error(request: Request, exc: Exception) -> JSONResponse:
+    """A failed read or write of the store: 507 when the disk is full, 503 when it cannot be
+    written; nothing was acknowledged (the files are repaired on the next access)."""
+    assert isinstance(exc, OSError)
+    if exc.errno in _FULL:
+        status, code = 507, "insufficient_storage"
+    elif exc.errno in _UNWRITABLE:
+        status, code = 503, "storage_unavailable"
+    else:
+        return _unexpected_error(request, exc)
+    reason = os.strerror(exc.errno or 0)  # no file name: paths stay on the server
+    log.error("storage: %s (%s)", reason, exc)
+    message = f"the context store cannot be written: {reason}; nothing was acknowledged"
+    return JSONResponse(error_payload(code, message, {"reason": reason}), status)
+
+
 def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
     return JSONResponse(error_payload("internal_error", "internal server error"), 500)
@@ -77,6 +103,7 @@ def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
+    app.add_exception_handler(OSError, _os_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)

@@ -14,6 +14,7 @@ an import, so that the test parameter named ``servers`` does not shadow an unuse
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -59,11 +60,14 @@ class Server:
         *,
         workers: int = 1,
         env: dict[str, str] | None = None,
+        file_size_limit: int | None = None,
     ) -> None:
         self.context_dir = context_dir
         self.log_path = log_path
         self.workers = workers
         self.extra_env = dict(env or {})
+        # RLIMIT_FSIZE for the process: a write past it fails with EFBIG, as on a full disk.
+        self.file_size_limit = file_size_limit
         self.port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
         self._family: list[psutil.Process] = []
@@ -122,8 +126,14 @@ class Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: workers die with it
+                preexec_fn=self._limit_file_size if self.file_size_limit else None,
             )
         self._family = [psutil.Process(self._proc.pid)]
+
+    def _limit_file_size(self) -> None:
+        # In the child, before exec (Python ignores SIGXFSZ: the write just fails).
+        assert self.file_size_limit is not None
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_size_limit, self.file_size_limit))
 
     def _wait_ready(self, log_offset: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -226,12 +236,19 @@ class ServerPool:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.servers: list[Server] = []
 
-    def start(self, *, workers: int = 1, env: dict[str, str] | None = None) -> Server:
+    def start(
+        self,
+        *,
+        workers: int = 1,
+        env: dict[str, str] | None = None,
+        file_size_limit: int | None = None,
+    ) -> Server:
         server = Server(
             self.context_dir,
             self.log_dir / f"server{len(self.servers)}.log",
             workers=workers,
             env=env,
+            file_size_limit=file_size_limit,
         )
         self.servers.append(server)
         server.start()
