@@ -163,12 +163,13 @@ class ContextStore:
     ) -> AsyncIterator[LockedTask]:
         """Hold the task lock; yield its row and the committed head of one of its contexts,
         its directory in place. The lock is the task's: all its contexts share it."""
-        if not await asyncio.to_thread(self.layout.lock_path(task_uuid).exists):
-            # Lock files are made with their tasks: a guessed uuid must not leave one behind.
+
+        async def require_task() -> None:  # lock files are made with their tasks
             async with self.db.reader() as session:
                 if await session.get(Task, task_uuid) is None:
                     raise TaskNotFound(task_uuid)
-        async with self.locks.hold(task_uuid):
+
+        async with self.locks.hold(task_uuid, before_creating=require_task):
             async with self.db.reader() as session:
                 row = (
                     await session.execute(

@@ -8,7 +8,7 @@ ties up a worker thread or the event loop.
 import asyncio
 import fcntl
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -31,12 +31,22 @@ class TaskLocks:
         self._entries: dict[str, _Entry] = {}
 
     @asynccontextmanager
-    async def hold(self, task_uuid: str) -> AsyncIterator[None]:
+    async def hold(
+        self, task_uuid: str, *, before_creating: Callable[[], Awaitable[None]] | None = None
+    ) -> AsyncIterator[None]:
+        """Hold the task's lock. With ``before_creating``, a missing lock file is made only after
+        it returns (it raises to refuse: a uuid no task has must not leave a file behind)."""
         entry = self._entries.setdefault(task_uuid, _Entry())
         entry.users += 1
         try:
             async with entry.lock:
-                fd = await flock(self._layout.lock_path(task_uuid))
+                path = self._layout.lock_path(task_uuid)
+                try:
+                    fd = await flock(path, create=before_creating is None)
+                except FileNotFoundError:
+                    assert before_creating is not None
+                    await before_creating()
+                    fd = await flock(path)
                 try:
                     yield
                 finally:
@@ -47,9 +57,10 @@ class TaskLocks:
                 del self._entries[task_uuid]
 
 
-async def flock(path: Path) -> int:
-    """Open ``path`` and take an exclusive flock on it; returns the descriptor holding it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+async def flock(path: Path, *, create: bool = True) -> int:
+    """Open ``path`` (made if missing, with ``create``) and take an exclusive flock on it;
+    returns the descriptor holding it."""
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
     delay = 0.0002
     try:
         while True:
