@@ -2,8 +2,9 @@
 
 import asyncio
 import logging
+import os
 import time
-from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from app.final_summaries.service import KIND as FINAL_SUMMARY
 from app.final_summaries.service import read_final_summary
 from app.inheritance.message import Previous, inherited_message, notification_comment
 from app.jobs.queue import ACTIVE, JobQueue
-from app.storage.jsonl import iter_lines
+from app.storage.jsonl import iter_lines_backward
 from app.storage.layout import PLANNING, SUMMARIES
 from app.tasks.lifecycle import FINISHED
 from app.tasks.schemas import TaskKey
@@ -118,34 +119,34 @@ class InheritanceService:
 
 
 def _latest_planning(path: Path, room: int) -> tuple[list[dict[str, Any]], int]:
-    """The latest planning entries whose text fits ``room`` characters, and how many older ones
-    were left out (streamed: a long history is never held whole)."""
-    kept: deque[tuple[dict[str, Any], int]] = deque()
-    size = dropped = 0
-    if not path.exists():
-        return [], 0
-    for _, line in iter_lines(path):
-        try:
-            entry: dict[str, Any] = orjson.loads(line)
-        except orjson.JSONDecodeError:  # a torn last line of a crashed append
-            continue
-        kept.append((entry, len(line)))
-        size += len(line)
-        while size > room and len(kept) > 1:
-            size -= kept.popleft()[1]
-            dropped += 1
-    return [entry for entry, _ in kept], dropped
+    """The latest planning entries whose text fits ``room`` characters (the newest always), and
+    how many older ones were left out; read from the end, so only what is kept is read."""
+    kept: list[dict[str, Any]] = []
+    size = 0
+    for entry, length in _records_backward(path):
+        if kept and size + length > room:
+            break
+        kept.insert(0, entry)
+        size += length
+    # Journal ids run 1, 2, 3...: those before the oldest kept were left out.
+    return kept, (kept[0]["id"] - 1 if kept else 0)
 
 
 def _latest_condense(path: Path) -> str | None:
-    latest = None
-    if not path.exists():
-        return None
-    for _, line in iter_lines(path):
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
+    for record, _ in _records_backward(path):
         if record.get("kind") == "condense":
-            latest = record.get("summary")
-    return latest
+            summary: str | None = record.get("summary")
+            return summary
+    return None
+
+
+def _records_backward(path: Path) -> Iterator[tuple[dict[str, Any], int]]:
+    """A journal's records, newest first, with their line lengths (a torn line is skipped)."""
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        for line in iter_lines_backward(f, f.seek(0, os.SEEK_END)):
+            try:
+                yield orjson.loads(line), len(line)
+            except orjson.JSONDecodeError:  # a torn last line of a crashed append
+                continue
