@@ -212,15 +212,12 @@ class Settings(BaseSettings):
         value = value.strip()
         if value.startswith("{"):
             return json.loads(value)
-        keys = [k.strip() for k in value.split(",") if k.strip()]
-        return {f"agent-{i}": {"key": k} for i, k in enumerate(keys, 1)}
+        return {f"agent-{i}": {"key": k} for i, k in enumerate(_comma_list(value), 1)}
 
     @field_validator("admin_api_keys", mode="before")
     @classmethod
     def _key_list(cls, value: Any) -> Any:
-        if not isinstance(value, str):
-            return value
-        return [k.strip() for k in value.split(",") if k.strip()]
+        return _comma_list(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _check_keys(self) -> Self:
@@ -261,3 +258,7 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{self.context_dir.resolve() / 'tasks.db'}"
+
+
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]

@@ -49,10 +49,11 @@ class PlanningService:
             await session.execute(update(Task).where(Task.uuid == task.uuid).values(**values))
         # A larger plan may take the payload over the threshold, as an append may.
         fmt = native_format(task.llm_provider)
-        before = self.tasks.payload_tokens(task, locked.head, fmt)
+        before = self.tasks.context_tokens(locked, locked.head, fmt)
         for name, value in values.items():
             setattr(task, name, value)  # a detached row: only this request's view changes
-        await self.tasks.schedule_condense(locked, locked.head, locked.head, tokens_before=before)
+        after = self.tasks.context_tokens(locked, locked.head, fmt)
+        await self.tasks.condense_if_crossed(locked, before, after)
 
     def _message(
         self, task: Task, entry: dict[str, Any], limit: int

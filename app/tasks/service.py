@@ -112,23 +112,22 @@ class TaskService:
         return tokens
 
     async def schedule_condense(
-        self,
-        context: LockedTask,
-        before: HeadState,
-        after: HeadState,
-        *,
-        tokens_before: int | None = None,
+        self, context: LockedTask, before: HeadState, after: HeadState
     ) -> bool:
-        """Condense a context in the background when a change (an append: ``before`` ->
-        ``after``; a new pinned plan: ``tokens_before`` -> now) crosses its threshold
-        (SPEC §6)."""
-        task = context.task
+        """Condense a context in the background when an append (``before`` -> ``after``)
+        crosses its threshold (SPEC §6)."""
+        fmt = native_format(context.task.llm_provider)
+        old = self.context_tokens(context, before, fmt)
+        return await self.condense_if_crossed(
+            context, old, self.context_tokens(context, after, fmt)
+        )
+
+    async def condense_if_crossed(self, context: LockedTask, old: int, new: int) -> bool:
+        """Queue a condense when a context's payload went from ``old`` to ``new`` tokens (in
+        its provider's format) across the threshold, or is over the budget."""
         budget = self.context_budget(context)
-        fmt = native_format(task.llm_provider)
-        old = self.context_tokens(context, before, fmt) if tokens_before is None else tokens_before
-        new = self.context_tokens(context, after, fmt)
         if old < budget.threshold <= new or new > budget.allowed:
-            await self.jobs.enqueue_once(task.uuid, "condense", context.thread_id)
+            await self.jobs.enqueue_once(context.task.uuid, "condense", context.thread_id)
             return True
         return False
 
