@@ -20,6 +20,14 @@ DIR_OF = {"running": "running", "paused": "paused", "completed": "completed", "f
 TASK_TABLES = ("context_heads", "jobs", "idempotency_keys")
 
 
+def cleanup_settings(tmp_path: Path, *, cleanup_days: int = 0, **overrides: Any) -> Settings:
+    """Settings on ``tmp_path / "contexts"`` (SQLite there); by default the periodic cleanup is
+    off, so that only what the test runs removes tasks."""
+    return Settings(
+        context_dir=tmp_path / "contexts", database_url="", cleanup_days=cleanup_days, **overrides
+    )
+
+
 async def make_task(client: httpx.AsyncClient, status: str, content: str = "Go") -> str:
     """A task with a system prompt, one keyed message and a planning entry (and no inherited
     context: the tasks share one task key), brought to ``status``; returns its uuid."""

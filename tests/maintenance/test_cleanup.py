@@ -19,6 +19,7 @@ from tests.maintenance.support import (
     assert_gone,
     assert_present,
     backdate,
+    cleanup_settings,
     make_task,
     running_app,
     settle,
@@ -145,7 +146,7 @@ async def test_unparsable_body_is_422(client: httpx.AsyncClient, context_dir: Pa
 async def test_without_cleanup_days_the_age_must_be_given(tmp_path: Path) -> None:
     """CLEANUP_DAYS=0 turns the periodic cleanup off; a bare request is then refused rather
     than read as "every finished task"; an explicit age still works."""
-    settings = Settings(context_dir=tmp_path / "contexts", database_url="", cleanup_days=0)
+    settings = cleanup_settings(tmp_path)
     async with running_app(settings) as client:
         finished = await make_task(client, "completed")
         await settle(client)

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from app.config import Settings
 from tests.conftest import REPO, snapshot_dir
 from tests.maintenance.support import (
     assert_gone,
     assert_present,
     backdate,
+    cleanup_settings,
     make_task,
     running_app,
     settle,
@@ -84,16 +84,10 @@ def cleanup_killed_midway(context_dir: Path, removals: int, delay_s: float) -> i
     return len(os.listdir(context_dir / ".trash"))
 
 
-def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
-    """The in-process app's settings: its periodic cleanup is off, so that only the command
-    under test removes tasks (the command itself runs with the default CLEANUP_DAYS, 30)."""
-    return Settings(context_dir=tmp_path / "contexts", database_url="", cleanup_days=0, **overrides)
-
-
 async def test_cli_cleanup(tmp_path: Path) -> None:
     """--dry-run lists and changes nothing; the default age is CLEANUP_DAYS; --older-than-days
     0 takes every finished task; the service then finds exactly those gone."""
-    settings = settings_for(tmp_path)
+    settings = cleanup_settings(tmp_path)
     async with running_app(settings) as client:
         old = [await make_task(client, "completed"), await make_task(client, "failed")]
         recent = await make_task(client, "completed")
@@ -138,7 +132,7 @@ async def test_cli_cleanup(tmp_path: Path) -> None:
 async def test_cli_refuses_bad_arguments(
     tmp_path: Path, args: tuple[str, ...], env: dict[str, str], message: str
 ) -> None:
-    settings = settings_for(tmp_path)
+    settings = cleanup_settings(tmp_path)
     async with running_app(settings) as client:
         finished = await make_task(client, "completed")
         await settle(client)
@@ -157,7 +151,7 @@ async def test_kill_9_in_the_middle_of_a_cleanup(tmp_path: Path) -> None:
     says, readable) or wholly gone (404, no directory anywhere, .trash included), and never
     back once gone; then a cleanup without a kill removes the rest."""
     # Preparing is faster without fsync; the cleanup process runs with the default (always).
-    settings = settings_for(tmp_path, fsync="never", job_concurrency=4)
+    settings = cleanup_settings(tmp_path, fsync="never", job_concurrency=4)
     async with running_app(settings) as client:
         uuids: list[str] = []
         for first in range(0, CRASH_TASKS, 25):

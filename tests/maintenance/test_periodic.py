@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
 from app.maintenance.periodic import Periodic
 from tests.maintenance.support import (
     assert_gone,
     assert_present,
     backdate,
+    cleanup_settings,
     make_task,
     running_app,
     settle,
@@ -22,12 +22,7 @@ INTERVAL_S = 0.1
 
 
 async def test_old_finished_task_disappears_by_itself(tmp_path: Path) -> None:
-    settings = Settings(
-        context_dir=tmp_path / "contexts",
-        database_url="",
-        cleanup_days=1,
-        cleanup_interval_s=INTERVAL_S,
-    )
+    settings = cleanup_settings(tmp_path, cleanup_days=1, cleanup_interval_s=INTERVAL_S)
     async with running_app(settings) as client:
         old = await make_task(client, "failed")
         recent = await make_task(client, "completed")
@@ -44,12 +39,7 @@ async def test_old_finished_task_disappears_by_itself(tmp_path: Path) -> None:
 
 
 async def test_no_periodic_cleanup_when_cleanup_days_is_0(tmp_path: Path) -> None:
-    settings = Settings(
-        context_dir=tmp_path / "contexts",
-        database_url="",
-        cleanup_days=0,
-        cleanup_interval_s=INTERVAL_S,
-    )
+    settings = cleanup_settings(tmp_path, cleanup_days=0, cleanup_interval_s=INTERVAL_S)
     async with running_app(settings) as client:
         old = await make_task(client, "completed")
         await settle(client)

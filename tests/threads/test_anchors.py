@@ -23,6 +23,7 @@ from tests.conftest import snapshot_dir
 from tests.fakes.llm_server import FakeLLM, fake_llm  # noqa: F401
 from tests.formats.support import validate_payload
 from tests.lifecycle.support import llm_settings, running_app, settled_jobs
+from tests.threads.support import context_view, served
 from tests.threads.test_tree import start
 
 LABELS = {"stelis_1": "autonomous run", "stelis_1_1": "coder", "stelis_2": "another task"}
@@ -86,27 +87,6 @@ def anchor_renderings(contents: list[str], label: str, thread_id: int) -> list[s
         elif content.startswith(full_header(label) + f"\n- ID: {thread_id}\n"):
             found.append("full")
     return found
-
-
-async def served(
-    client: httpx.AsyncClient, uuid: str, thread_id: int, fmt: str = "openai"
-) -> httpx.Response:
-    response = await client.get(
-        f"/tasks/{uuid}/request", params={"thread_id": thread_id, "format": fmt}
-    )
-    assert response.status_code == 200, response.text
-    return response
-
-
-async def context_view(
-    client: httpx.AsyncClient, uuid: str, thread_id: int, fmt: str = "openai"
-) -> dict[str, Any]:
-    response = await client.get(
-        f"/tasks/{uuid}/context", params={"thread_id": thread_id, "format": fmt}
-    )
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 def system_contents(payload: dict[str, Any]) -> list[str]:

@@ -35,6 +35,7 @@ from tests.lifecycle.support import (
     settled_jobs,
     until,
 )
+from tests.threads.support import served
 from tests.threads.test_tree import start
 
 fake_llm = llm_server.fake_llm
@@ -149,11 +150,7 @@ def strings(value: Any) -> Iterator[str]:
 async def payload(
     client: httpx.AsyncClient, uuid: str, fmt: str, thread_id: int = 0
 ) -> dict[str, Any]:
-    response = await client.get(
-        f"/tasks/{uuid}/request", params={"format": fmt, "thread_id": thread_id}
-    )
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
+    body: dict[str, Any] = (await served(client, uuid, thread_id, fmt)).json()
     return body
 
 

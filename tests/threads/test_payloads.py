@@ -29,6 +29,7 @@ from tests.api.helpers import assert_error, create_task, read_jsonl, task_dir
 from tests.conftest import CORPUS, running_app, snapshot_dir
 from tests.formats.support import adjustment, validate_payload
 from tests.lifecycle.support import fast_settings, jobs_of, settled_jobs
+from tests.threads.support import context_view
 from tests.threads.test_tree import start
 
 WINDOW = 12_000
@@ -242,7 +243,7 @@ async def check_protected(client: httpx.AsyncClient, view: View, openai: httpx.R
     each ancestor's within its share, counted as the headers say; the thread's own come right
     after them. True if the thread's own messages hold no anchor (whose stored cost is the
     most a rendering may cost, so that sums are upper bounds)."""
-    context = await thread_context(client, view.uuid, view.thread_id)
+    context = await context_view(client, view.uuid, view.thread_id, fmt=None)
     protected = context["protected"]
     order = [thread_id for thread_id, _, _ in view.ancestors]
     sources = [entry["thread_id"] for entry in protected]
@@ -267,13 +268,6 @@ def assert_exact_counts(answers: dict[str, httpx.Response], counter: TextCounter
         exact = FORMATS[name].payload_tokens(counter, response.json())
         served = int(response.headers["X-Context-Tokens"])
         assert served - adjustment(name, counter, messages) == exact, (name, served, exact)
-
-
-async def thread_context(client: httpx.AsyncClient, uuid: str, thread_id: int) -> dict[str, Any]:
-    response = await client.get(f"/tasks/{uuid}/context", params={"thread_id": thread_id})
-    assert response.status_code == 200, response.text[:2000]
-    context: dict[str, Any] = response.json()
-    return context
 
 
 # -- compactions ------------------------------------------------------------------------------
@@ -318,7 +312,7 @@ async def assert_root_never_compacted(client: httpx.AsyncClient, tdir: Path, uui
 
 
 async def root_context(client: httpx.AsyncClient, uuid: str) -> dict[str, Any]:
-    return await thread_context(client, uuid, 0)
+    return await context_view(client, uuid, 0, fmt=None)
 
 
 async def settle(client: httpx.AsyncClient, uuid: str) -> None:
@@ -463,7 +457,7 @@ async def test_get_request_fits_a_thread_over_its_share_by_itself(
         await post(client, uuid, view.thread_id, [m for n in range(14) for m in turn("t", n)])
         jobs = await settled_jobs(client, uuid, "condense")
         assert [j["status"] for j in jobs] == ["skipped"], jobs  # too few to summarise
-        context = await thread_context(client, uuid, view.thread_id)
+        context = await context_view(client, uuid, view.thread_id, fmt=None)
         assert context["tokens"] > CHILD_BUDGET, context["tokens"]
         assert context["next_action"] == "over_budget"
         root_before = await root_context(client, uuid)

@@ -23,7 +23,7 @@ from tests.conftest import snapshot_dir
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
 from tests.lifecycle.support import WAIT_S, fast_settings, jobs_of, running_app, until
-from tests.threads.test_anchors import context_view, served
+from tests.threads.support import context_view, served
 from tests.threads.test_end import (
     CHRONICLE,
     FORMATS,
