@@ -69,10 +69,15 @@ def latest_entries(count: Callable[[str], int], entries: list[str], room: int) -
     """The latest whole entries within ``room`` tokens; if not even the last one fits, its
     beginning."""
     kept: list[str] = []
+    used = 0
     for entry in reversed(entries):
-        if count("\n".join([entry, *kept])) > room:
+        # Each entry counted once, and a token for its newline (not the whole text anew each
+        # time); the caller trims what the joined count differs by.
+        cost = count(entry) + (1 if kept else 0)
+        if used + cost > room:
             break
         kept.insert(0, entry)
+        used += cost
     if not kept and entries:
         kept = [cut(count, entries[-1], room)] if room > 0 else []
     return kept
