@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install run test lint format migrate openapi bench clean
+.PHONY: help install run test test-sqlite test-postgres lint format migrate openapi bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -23,8 +23,16 @@ install: $(STAMP) ## create .venv with the service and its dev tools
 run: $(STAMP) ## run the service on 127.0.0.1:8080 (SQLite and files in ./contexts)
 	$(BIN)/context-service serve
 
-test: $(STAMP) ## run the whole test suite
+test: $(STAMP) ## the whole test suite on SQLite and on PostgreSQL, side by side
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
+
+test-sqlite: $(STAMP) ## the whole test suite on SQLite
 	$(BIN)/pytest
+
+# scripts/test-postgres installs Debian's PostgreSQL when missing and starts a throwaway server;
+# its failure fails the target (never a silent run on SQLite).
+test-postgres: $(STAMP) ## the whole test suite on PostgreSQL (a throwaway server on 127.0.0.1)
+	url=$$(scripts/test-postgres) && TEST_DATABASE_URL=$$url $(BIN)/pytest
 
 lint: $(STAMP) ## ruff (lint + format check), mypy, alembic check
 	$(BIN)/ruff check .

@@ -13,6 +13,7 @@ from app.lifespan import open_services, prepare_storage
 from app.maintenance.schemas import MAX_DAYS, CleanupReport
 from app.observability.logs import configure_logging
 from app.storage.layout import Layout
+from app.storage.locks import TaskLocks, process_locks
 
 
 def openapi_yaml() -> str:
@@ -23,10 +24,13 @@ def openapi_yaml() -> str:
 
 
 async def _migrate(settings: Settings) -> None:
+    layout = Layout(settings.context_dir.resolve())
     db = open_database(settings.effective_database_url)
+    locks = TaskLocks(process_locks(layout, db.engine))
     try:
-        await prepare_storage(settings, db, Layout(settings.context_dir.resolve()))
+        await prepare_storage(db, layout, locks)
     finally:
+        await locks.close()
         await db.dispose()
 
 

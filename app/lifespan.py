@@ -1,9 +1,7 @@
 """Application state, built at startup and handed to requests (``request.state.services``)."""
 
 import asyncio
-import fcntl
 import logging
-import os
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -34,7 +32,7 @@ from app.payloads.service import PayloadService
 from app.planning.service import PlanningService
 from app.stats.service import StatsService
 from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
-from app.storage.locks import TaskLocks
+from app.storage.locks import TaskLocks, process_locks
 from app.storage.reconcile import reconcile
 from app.tasks.service import TaskService
 from app.threads.chronicle import KIND as CHRONICLE
@@ -73,11 +71,10 @@ def build_services(
     db: Database,
     layout: Layout,
     http: httpx.AsyncClient,
+    locks: TaskLocks,
     counting: TokenCounting,
 ) -> Services:
-    store = ContextStore(
-        db=db, layout=layout, locks=TaskLocks(layout), counting=counting, settings=settings
-    )
+    store = ContextStore(db=db, layout=layout, locks=locks, counting=counting, settings=settings)
     metrics = Metrics()
     backends = build_backends(settings, http, metrics)
     jobs = JobQueue(db, max_attempts=settings.job_max_attempts, lease_s=settings.job_lease_s)
@@ -157,18 +154,14 @@ def build_services(
     )
 
 
-async def prepare_storage(settings: Settings, db: Database, layout: Layout) -> None:
+async def prepare_storage(db: Database, layout: Layout, locks: TaskLocks) -> None:
     """Migrate and reconcile, once at a time across the workers sharing CONTEXT_DIR."""
     layout.ensure()
-    fd = os.open(layout.global_lock_path(), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+    async with locks.hold_global():
         await upgrade_to_head(db.engine)
-        fixed = await reconcile(layout, db, TaskLocks(layout))
+        fixed = await reconcile(layout, db, locks)
         if fixed:
             log.warning("startup reconciliation fixed %d task directories", fixed)
-    finally:
-        os.close(fd)
 
 
 async def warm_counters(counting: TokenCounting, db: Database, settings: Settings) -> None:
@@ -191,13 +184,15 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     periodic work are the caller's to start (the service does, the CLI does not)."""
     layout = Layout(settings.context_dir.resolve())
     db = open_database(settings.effective_database_url)
+    locks = TaskLocks(process_locks(layout, db.engine))
     try:
-        await prepare_storage(settings, db, layout)
+        await prepare_storage(db, layout, locks)
         counting = TokenCounting(settings.token_counter)
         await warm_counters(counting, db, settings)
         async with httpx.AsyncClient() as http:  # shared by the LLM backends and webhooks
-            yield build_services(settings, db, layout, http, counting)
+            yield build_services(settings, db, layout, http, locks, counting)
     finally:
+        await locks.close()
         await db.dispose()
 
 

@@ -1,6 +1,14 @@
-"""Fixtures: the real app (real SQLite, real files in a temp dir) over httpx's ASGI transport."""
+"""Fixtures: the real app (real SQLite or PostgreSQL, real files in a temp dir) over httpx's
+ASGI transport.
 
-from collections.abc import AsyncIterator
+With TEST_DATABASE_URL naming a PostgreSQL server (`make test-postgres`), every test gets a
+database of its own there through DATABASE_URL, which Settings, the CLI and the uvicorn processes
+of the end-to-end tests all read; without it DATABASE_URL is unset and each context directory
+holds its own SQLite file.
+"""
+
+import os
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -12,6 +20,7 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
+from tests.postgres import PostgresDatabases
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -38,6 +47,39 @@ def task_body(**overrides: Any) -> dict[str, Any]:
     return body
 
 
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresDatabases | None]:
+    server_url = os.environ.get("TEST_DATABASE_URL", "")
+    if not server_url:
+        yield None
+        return
+    if not server_url.startswith("postgresql+asyncpg://"):
+        pytest.exit(f"TEST_DATABASE_URL must be postgresql+asyncpg://..., not {server_url!r}")
+    databases = PostgresDatabases(server_url)
+    databases.create_template()
+    yield databases
+    databases.drop_template()
+
+
+@pytest.fixture(autouse=True)
+def database_url(
+    postgres: PostgresDatabases | None,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[str]:
+    """The test's own database URL in DATABASE_URL ("" for SQLite in the context directory)."""
+    if postgres is None:
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+        yield ""
+        return
+    if request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("SQLite only")
+    url = postgres.create()
+    monkeypatch.setenv("DATABASE_URL", url)
+    yield url
+    postgres.drop(url)
+
+
 @pytest.fixture
 def context_dir(tmp_path: Path) -> Path:
     return tmp_path / "contexts"
@@ -45,7 +87,7 @@ def context_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
-    return Settings(context_dir=context_dir, database_url="")
+    return Settings(context_dir=context_dir)
 
 
 @asynccontextmanager

@@ -38,7 +38,6 @@ def settings(context_dir: Path) -> Settings:
     """Shadows conftest's settings: the default ones with small size limits."""
     return Settings(
         context_dir=context_dir,
-        database_url="",
         max_body_bytes=MAX_BODY,
         max_message_bytes=MAX_MESSAGE,
         max_batch_messages=MAX_BATCH,

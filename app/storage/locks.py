@@ -1,20 +1,28 @@
-"""Per-task mutual exclusion, within this process and across processes on one machine.
+"""Per-task mutual exclusion, within this process and across processes.
 
-An asyncio lock orders this process's coroutines; an ``fcntl.flock`` on a lock file orders the
-processes. The flock is taken without blocking and retried with short sleeps, so waiting never
-ties up a worker thread or the event loop.
+An asyncio lock orders this process's coroutines; a second lock orders the processes. On SQLite
+(one machine) that is an ``fcntl.flock`` on a lock file; on PostgreSQL it is a session advisory
+lock, so that workers on different hosts sharing CONTEXT_DIR serialise too. Both are taken
+without blocking and retried with short sleeps, so waiting never ties up a worker thread, the
+event loop or a database connection; both vanish with the process that held them.
 """
 
 import asyncio
 import fcntl
+import hashlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.storage.layout import Layout
 
 _MAX_BACKOFF_S = 0.005
+_GLOBAL = "\x00global"  # the name of the lock around migration and startup reconciliation
 
 
 class _Entry:
@@ -25,9 +33,19 @@ class _Entry:
         self.users = 0
 
 
+class ProcessLocks(Protocol):
+    """Named locks that exclude other processes (not other coroutines of this one)."""
+
+    def hold(
+        self, name: str, before_creating: Callable[[], Awaitable[None]] | None
+    ) -> AbstractAsyncContextManager[None]: ...
+
+    async def close(self) -> None: ...
+
+
 class TaskLocks:
-    def __init__(self, layout: Layout) -> None:
-        self._layout = layout
+    def __init__(self, processes: ProcessLocks) -> None:
+        self._processes = processes
         self._entries: dict[str, _Entry] = {}
 
     @asynccontextmanager
@@ -39,22 +57,111 @@ class TaskLocks:
         entry = self._entries.setdefault(task_uuid, _Entry())
         entry.users += 1
         try:
-            async with entry.lock:
-                path = self._layout.lock_path(task_uuid)
-                try:
-                    fd = await flock(path, create=before_creating is None)
-                except FileNotFoundError:
-                    assert before_creating is not None
-                    await before_creating()
-                    fd = await flock(path)
-                try:
-                    yield
-                finally:
-                    os.close(fd)  # closing the descriptor releases the flock
+            async with entry.lock, self._processes.hold(task_uuid, before_creating):
+                yield
         finally:
             entry.users -= 1
             if entry.users == 0:
                 del self._entries[task_uuid]
+
+    @asynccontextmanager
+    async def hold_global(self) -> AsyncIterator[None]:
+        """The one lock of the whole service: migration and startup reconciliation."""
+        async with self.hold(_GLOBAL):
+            yield
+
+    async def close(self) -> None:
+        await self._processes.close()
+
+
+class FileLocks:
+    """flock on one file per task under the layout's lock directory."""
+
+    def __init__(self, layout: Layout) -> None:
+        self._layout = layout
+
+    @asynccontextmanager
+    async def hold(
+        self, name: str, before_creating: Callable[[], Awaitable[None]] | None
+    ) -> AsyncIterator[None]:
+        layout = self._layout
+        path = layout.global_lock_path() if name == _GLOBAL else layout.lock_path(name)
+        try:
+            fd = await flock(path, create=before_creating is None)
+        except FileNotFoundError:
+            assert before_creating is not None
+            await before_creating()
+            fd = await flock(path)
+        try:
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    async def close(self) -> None:
+        pass
+
+
+class AdvisoryLocks:
+    """PostgreSQL session advisory locks, all held on one connection of this process.
+
+    One connection serves every task (a connection per held lock would exhaust the pool under
+    many tasks); its queries are a few hundred microseconds and queue on an asyncio lock. The
+    key is the first 64 bits of a hash of the name: a collision only serialises two tasks.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._connection: AsyncConnection | None = None
+        self._turn = asyncio.Lock()
+
+    async def _scalar(self, sql: str, key: int) -> object:
+        async with self._turn:
+            if self._connection is None:
+                connection = await self._engine.connect()
+                # Autocommit: a session lock outlives transactions, and no transaction may
+                # stay open on this connection while locks are held.
+                self._connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                return (await self._connection.execute(text(sql), {"key": key})).scalar()
+            except Exception:
+                # A lost connection took its locks with it: the next use opens a new one.
+                connection, self._connection = self._connection, None
+                await connection.invalidate()
+                raise
+
+    @asynccontextmanager
+    async def hold(
+        self, name: str, before_creating: Callable[[], Awaitable[None]] | None
+    ) -> AsyncIterator[None]:
+        # No file is made, so before_creating has nothing to guard: the caller's own lookup
+        # under the lock refuses an unknown task.
+        key = advisory_key(name)
+        delay = 0.0002
+        while not await self._scalar("SELECT pg_try_advisory_lock(:key)", key):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_BACKOFF_S)
+        try:
+            yield
+        finally:
+            await asyncio.shield(self._scalar("SELECT pg_advisory_unlock(:key)", key))
+
+    async def close(self) -> None:
+        async with self._turn:
+            if self._connection is not None:
+                await self._connection.close()
+                self._connection = None
+
+
+def advisory_key(name: str) -> int:
+    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"context-svc").digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def process_locks(layout: Layout, engine: AsyncEngine) -> ProcessLocks:
+    """Advisory locks on PostgreSQL (any host), lock files otherwise (one machine)."""
+    if engine.dialect.name == "postgresql":
+        return AdvisoryLocks(engine)
+    return FileLocks(layout)
 
 
 async def flock(path: Path, *, create: bool = True) -> int:

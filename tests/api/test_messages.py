@@ -16,7 +16,7 @@ from tests.conftest import snapshot_dir
 def settings(context_dir: Path) -> Settings:
     """The seed 000 heuristic (characters / 4): these tests work out token counts by hand.
     Exact counting has its own tests (tests/tokens, tests/payloads)."""
-    return Settings(context_dir=context_dir, database_url="", token_counter="heuristic")
+    return Settings(context_dir=context_dir, token_counter="heuristic")
 
 
 PAYLOAD_OVERHEAD = 3  # the reply primer counted once per payload

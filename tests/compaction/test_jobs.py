@@ -24,7 +24,7 @@ Client = httpx.AsyncClient
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
     """The seed 000 heuristic: the tests size their contexts by characters / 4."""
-    return Settings(context_dir=context_dir, database_url="", token_counter="heuristic")
+    return Settings(context_dir=context_dir, token_counter="heuristic")
 
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1

@@ -107,7 +107,7 @@ class Server:
                 self.port = free_port()  # someone took the port meanwhile: take another
 
     def _spawn(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k.upper() != "DATABASE_URL"}
+        env = dict(os.environ)  # DATABASE_URL: the test's own database (conftest)
         env.update({"CONTEXT_DIR": str(self.context_dir), "PYTHONUNBUFFERED": "1"})
         env.update(self.extra_env)
         command = [sys.executable, "-m", "uvicorn", "app.main:app"]

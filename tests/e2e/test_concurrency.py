@@ -3,6 +3,8 @@ workers, and two separate processes sharing CONTEXT_DIR. seq must stay 1..N with
 duplicates, and every acknowledged message must be stored exactly once, where its ack said."""
 
 import asyncio
+import itertools
+from typing import Any
 
 import httpx
 import pytest
@@ -123,3 +125,61 @@ async def test_concurrent_appends_to_one_task(
         # The other process serves the same, consistent state.
         async with httpx.AsyncClient(base_url=base_urls[1], timeout=60) as other:
             await _check_task(other, uuid, acked, servers)
+
+
+async def _settled_jobs(http: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:
+    """The task's jobs once none is queued or running."""
+    deadline = asyncio.get_running_loop().time() + 120
+    while True:
+        response = await http.get("/jobs", params={"task_uuid": uuid, "limit": 1000})
+        assert response.status_code == 200, response.text
+        jobs: list[dict[str, Any]] = response.json()["jobs"]
+        if not any(job["status"] in ("queued", "running") for job in jobs):
+            return jobs
+        assert asyncio.get_running_loop().time() < deadline, jobs
+        await asyncio.sleep(0.2)
+
+
+async def test_condense_jobs_run_once_across_two_processes(servers: ServerPool) -> None:
+    """Two processes of two workers each (four job runners) share the database and CONTEXT_DIR;
+    50 writers split across them fill a small window, so appends queue condense jobs over and
+    over. Every seq is stored once, and every condense job ran exactly once: one attempt, one
+    summary per compaction that condensed, each reaching further than the last."""
+    env = {"JOB_POLL_S": "0.05", "FSYNC": "never"}
+    started = [servers.start(workers=2, env=env) for _ in range(2)]
+    base_urls = [s.base_url for s in started]
+    async with httpx.AsyncClient(base_url=base_urls[0], timeout=60) as http:
+        body = task_body(system_prompt=SYSTEM_PROMPT, context_length=1500, max_output_tokens=200)
+        created = await http.post("/tasks", json=body)
+        assert created.status_code == 201, created.text
+        uuid: str = created.json()["uuid"]
+
+        acked = await _append_concurrently(base_urls, uuid)
+        jobs = await _settled_jobs(http, uuid)
+
+        history = await all_messages(http, uuid, limit=97)
+        assert_seqs_contiguous(history)
+        stored = {r["seq"]: r["content"] for r in history}
+        assert {seq: stored[seq] for seq in acked} == acked
+        # The rest is the system prompt and the summaries the condenses appended.
+        appended = [r for r in history[1:] if r["seq"] not in acked]
+
+        condenses = [job for job in jobs if job["kind"] == "condense"]
+        assert all(job["status"] in ("succeeded", "skipped") for job in condenses), condenses
+        assert all(job["attempts"] == 1 for job in condenses), condenses
+        condensed = [job for job in condenses if job["result"]["kind"] == "condense"]
+        assert len(condensed) >= 2, condenses  # the window forced compaction more than once
+
+        response = await http.get(f"/tasks/{uuid}/summaries", params={"limit": 1000})
+        summaries = [s for s in response.json()["summaries"] if s["kind"] == "condense"]
+        assert sorted(s["id"] for s in summaries) == sorted(
+            job["result"]["summary_id"] for job in condensed
+        ), "one summary per condensing job, none twice"
+        assert len(appended) == len(condensed)
+        assert all(r["content"].startswith("[Summary of the earlier") for r in appended)
+        for earlier, later in itertools.pairwise(summaries):
+            # A condense re-summarises what the last summary covered and newer messages.
+            assert earlier["end_seq"] < later["end_seq"], "each condense covered new messages"
+
+        payload = (await http.get(f"/tasks/{uuid}/request")).json()
+        assert_valid_openai_request(payload)

@@ -23,9 +23,7 @@ TASK_TABLES = ("context_heads", "jobs", "idempotency_keys")
 def cleanup_settings(tmp_path: Path, *, cleanup_days: int = 0, **overrides: Any) -> Settings:
     """Settings on ``tmp_path / "contexts"`` (SQLite there); by default the periodic cleanup is
     off, so that only what the test runs removes tasks."""
-    return Settings(
-        context_dir=tmp_path / "contexts", database_url="", cleanup_days=cleanup_days, **overrides
-    )
+    return Settings(context_dir=tmp_path / "contexts", cleanup_days=cleanup_days, **overrides)
 
 
 async def make_task(client: httpx.AsyncClient, status: str, content: str = "Go") -> str:

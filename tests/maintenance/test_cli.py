@@ -34,7 +34,7 @@ RUN_TIMEOUT_S = 120.0
 
 
 def cli_env(context_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k.upper() not in ("DATABASE_URL", "FSYNC")}
+    env = {k: v for k, v in os.environ.items() if k.upper() != "FSYNC"}
     return env | {"CONTEXT_DIR": str(context_dir)} | extra
 
 

@@ -20,8 +20,11 @@ READY_TIMEOUT_S = 45.0
 @pytest.mark.e2e
 def test_uvicorn_writes_json_lines_with_the_task_uuid(tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k.upper() != "DATABASE_URL"}
-    env |= {"CONTEXT_DIR": str(tmp_path / "contexts"), "LOG_FORMAT": "json", "FSYNC": "never"}
+    env = dict(os.environ) | {
+        "CONTEXT_DIR": str(tmp_path / "contexts"),
+        "LOG_FORMAT": "json",
+        "FSYNC": "never",
+    }
     log_path = tmp_path / "server.log"
     command = [sys.executable, "-m", "uvicorn", "app.main:app", "--port", str(port)]
     with open(log_path, "wb") as log:

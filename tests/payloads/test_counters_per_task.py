@@ -56,7 +56,7 @@ async def service(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 
 async def test_a_task_keeps_its_counter_when_the_setting_changes(context_dir: Path) -> None:
     """Stored counts must agree with each other: the counter is the task's, not the server's."""
-    heuristic = Settings(context_dir=context_dir, database_url="", token_counter="heuristic")
+    heuristic = Settings(context_dir=context_dir, token_counter="heuristic")
     async with service(heuristic) as client:
         uuid = (await client.post("/tasks", json=task_body())).json()["uuid"]
     message = {"role": "user", "content": TEXT}

@@ -1,4 +1,6 @@
-"""TaskLocks: one holder per task uuid, among coroutines and among processes."""
+"""TaskLocks: one holder per task uuid, among coroutines and among processes, with both kinds
+of process locks: lock files (SQLite) and PostgreSQL advisory locks (when the suite runs on
+PostgreSQL; skipped on SQLite)."""
 
 import asyncio
 import fcntl
@@ -7,12 +9,17 @@ import subprocess
 import sys
 import textwrap
 import uuid as uuid_module
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.storage.layout import Layout
-from app.storage.locks import TaskLocks
+from app.storage.locks import AdvisoryLocks, FileLocks, TaskLocks, advisory_key
 from tests.conftest import REPO
 
 TASK = str(uuid_module.uuid4())
@@ -25,10 +32,57 @@ def layout(tmp_path: Path) -> Layout:
     return layout
 
 
-async def test_mutual_exclusion_between_coroutines(layout: Layout) -> None:
+@pytest.fixture(params=["files", "advisory"])
+def lock_url(request: pytest.FixtureRequest, database_url: str) -> str:
+    """ "" for lock files; the test database's URL for advisory locks."""
+    if request.param == "files":
+        return ""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("advisory locks need PostgreSQL (make test-postgres)")
+    return database_url
+
+
+@pytest.fixture
+async def make_locks(layout: Layout, lock_url: str) -> AsyncIterator[Callable[[], TaskLocks]]:
+    """New TaskLocks of the kind under test; each set stands for a process of its own."""
+    engine = create_async_engine(lock_url) if lock_url else None
+    made: list[TaskLocks] = []
+
+    def make() -> TaskLocks:
+        made.append(TaskLocks(AdvisoryLocks(engine) if engine else FileLocks(layout)))
+        return made[-1]
+
+    yield make
+    for locks in made:
+        await locks.close()
+    if engine is not None:
+        await engine.dispose()
+
+
+@asynccontextmanager
+async def held_elsewhere(layout: Layout, lock_url: str) -> AsyncIterator[None]:
+    """TASK's process lock, held outside TaskLocks (as another process would)."""
+    if not lock_url:
+        fd = os.open(layout.lock_path(TASK), os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            os.close(fd)
+        return
+    dsn = make_url(lock_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute("SELECT pg_advisory_lock($1)", advisory_key(TASK))
+        yield
+    finally:
+        await connection.close()
+
+
+async def test_mutual_exclusion_between_coroutines(make_locks: Callable[[], TaskLocks]) -> None:
     """Many coroutines doing read-await-write on a shared counter under the lock never lose an
     update and are never two inside at once; afterwards no lock entry is left."""
-    locks = TaskLocks(layout)
+    locks = make_locks()
     counter = 0
     inside = 0
     most_inside = 0
@@ -49,9 +103,9 @@ async def test_mutual_exclusion_between_coroutines(layout: Layout) -> None:
     assert locks._entries == {}
 
 
-async def test_different_tasks_do_not_block_each_other(layout: Layout) -> None:
+async def test_different_tasks_do_not_block_each_other(make_locks: Callable[[], TaskLocks]) -> None:
     """Holding one task's lock does not delay another task's."""
-    locks = TaskLocks(layout)
+    locks = make_locks()
     other = str(uuid_module.uuid4())
     async with locks.hold(TASK):
         # Would time out (not hang) if the two uuids shared a lock.
@@ -64,10 +118,12 @@ async def _in_other(locks: TaskLocks, task_uuid: str, expected: set[str]) -> Non
         assert set(locks._entries) == expected
 
 
-async def test_lock_released_on_error_and_on_cancelled_waiter(layout: Layout) -> None:
+async def test_lock_released_on_error_and_on_cancelled_waiter(
+    make_locks: Callable[[], TaskLocks],
+) -> None:
     """An exception inside the critical section releases the lock; a waiter cancelled while
     queued leaves no entry behind and does not block the next holder."""
-    locks = TaskLocks(layout)
+    locks = make_locks()
     with pytest.raises(RuntimeError):
         async with locks.hold(TASK):
             raise RuntimeError("inside")
@@ -103,13 +159,13 @@ async def test_lock_released_on_error_and_on_cancelled_waiter(layout: Layout) ->
     assert locks._entries == {}
 
 
-async def test_waiting_on_another_process_does_not_block_the_loop(layout: Layout) -> None:
-    """While another process holds the flock, a waiter sleeps on the event loop (other
+async def test_waiting_on_another_process_does_not_block_the_loop(
+    layout: Layout, lock_url: str, make_locks: Callable[[], TaskLocks]
+) -> None:
+    """While another process holds the lock, a waiter sleeps on the event loop (other
     coroutines keep running) and can be cancelled without leaking its entry."""
-    fd = os.open(layout.lock_path(TASK), os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    locks = TaskLocks(layout)
-    try:
+    locks = make_locks()
+    async with held_elsewhere(layout, lock_url):
         waiting = asyncio.create_task(_hold_briefly(locks))
         ticks = 0
         for _ in range(20):
@@ -121,8 +177,6 @@ async def test_waiting_on_another_process_does_not_block_the_loop(layout: Layout
         with pytest.raises(asyncio.CancelledError):
             await waiting
         assert locks._entries == {}
-    finally:
-        os.close(fd)
     await asyncio.wait_for(_hold_briefly(locks), timeout=30)  # free again
     assert locks._entries == {}
 
@@ -138,10 +192,11 @@ WORKER = textwrap.dedent(
     """
     import asyncio, os, sys, time
     from pathlib import Path
+    from sqlalchemy.ext.asyncio import create_async_engine
     from app.storage.layout import Layout
-    from app.storage.locks import TaskLocks
+    from app.storage.locks import AdvisoryLocks, FileLocks, TaskLocks
 
-    root, task, log, go, rounds = sys.argv[1:6]
+    root, task, log, go, rounds, url = sys.argv[1:7]
 
     def write(text):
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -149,7 +204,8 @@ WORKER = textwrap.dedent(
         os.close(fd)
 
     async def main():
-        locks = TaskLocks(Layout(Path(root)))
+        engine = create_async_engine(url) if url else None
+        locks = TaskLocks(AdvisoryLocks(engine) if engine else FileLocks(Layout(Path(root))))
         while not os.path.exists(go):
             await asyncio.sleep(0.005)
         for i in range(int(rounds)):
@@ -159,15 +215,18 @@ WORKER = textwrap.dedent(
                 write(f"end {os.getpid()} {i}\\n")
             await asyncio.sleep(0)
         assert not locks._entries
+        await locks.close()
 
     asyncio.run(main())
     """
 )
 
 
-def _spawn(layout: Layout, log: Path, go: Path, rounds: int) -> subprocess.Popen[bytes]:
+def _spawn(
+    layout: Layout, lock_url: str, log: Path, go: Path, rounds: int
+) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    args = [str(layout.root), TASK, str(log), str(go), str(rounds)]
+    args = [str(layout.root), TASK, str(log), str(go), str(rounds), lock_url]
     return subprocess.Popen(
         [sys.executable, "-c", WORKER, *args], env=env, cwd=REPO, stderr=subprocess.PIPE
     )
@@ -179,11 +238,13 @@ def _wait_all(processes: list[subprocess.Popen[bytes]]) -> None:
         assert process.returncode == 0, stderr.decode()
 
 
-async def test_mutual_exclusion_between_processes(layout: Layout, tmp_path: Path) -> None:
+async def test_mutual_exclusion_between_processes(
+    layout: Layout, lock_url: str, tmp_path: Path
+) -> None:
     """Three processes each take the same task's lock repeatedly and write a start and an end
     line with a sleep in between: the log never interleaves two holders."""
     log, go, rounds = tmp_path / "log.txt", tmp_path / "go", 8
-    processes = [_spawn(layout, log, go, rounds) for _ in range(3)]
+    processes = [_spawn(layout, lock_url, log, go, rounds) for _ in range(3)]
     go.touch()  # all start together
     await asyncio.to_thread(_wait_all, processes)
 
@@ -197,13 +258,15 @@ async def test_mutual_exclusion_between_processes(layout: Layout, tmp_path: Path
     assert pids == {str(p.pid) for p in processes}
 
 
-async def test_process_waits_while_this_process_holds(layout: Layout, tmp_path: Path) -> None:
+async def test_process_waits_while_this_process_holds(
+    layout: Layout, lock_url: str, tmp_path: Path, make_locks: Callable[[], TaskLocks]
+) -> None:
     """A process cannot get the lock while a coroutine here holds it; it gets it once the
     holder lets go."""
     log, go = tmp_path / "log.txt", tmp_path / "go"
-    locks = TaskLocks(layout)
+    locks = make_locks()
     async with locks.hold(TASK):
-        process = _spawn(layout, log, go, 1)
+        process = _spawn(layout, lock_url, log, go, 1)
         go.touch()
         await asyncio.sleep(0.3)  # the worker is free to try for a while
         assert not log.exists() or log.read_text() == ""
