@@ -94,7 +94,7 @@ def settings(context_dir: Path) -> Settings:
 async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The real app with these settings (lifespan included), and a client for it."""
     application = create_app(settings)
-    async with LifespanManager(application) as manager:
+    async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             yield client
@@ -103,7 +103,7 @@ async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 async def app(settings: Settings) -> AsyncIterator[FastAPI]:
     application = create_app(settings)
-    async with LifespanManager(application) as manager:
+    async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60) as manager:
         yield manager.app  # type: ignore[misc]
 
 

@@ -5,37 +5,14 @@ newest schema in ~15 ms. Administration runs on a private event loop in a worker
 must not touch the loop pytest-asyncio gives the test.
 """
 
-import asyncio
 import os
-import threading
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db.migrate import upgrade_to_head
-
-T = TypeVar("T")
-
-
-def _in_thread(work: Callable[[], Awaitable[T]]) -> T:
-    results: list[T] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            results.append(asyncio.run(work()))  # type: ignore[arg-type]
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return results[0]
+from tests.database import in_thread
 
 
 class PostgresDatabases:
@@ -71,18 +48,18 @@ class PostgresDatabases:
             finally:
                 await engine.dispose()
 
-        _in_thread(work)
+        in_thread(work)
 
     def create(self) -> str:
         self._count += 1
         name = f"{self._prefix}_{self._count}"
         sql = f"CREATE DATABASE {name} TEMPLATE {self.template} STRATEGY FILE_COPY"
-        _in_thread(lambda: self._execute(sql))
+        in_thread(lambda: self._execute(sql))
         return self.url_of(name)
 
     def drop(self, url: str) -> None:
         name = make_url(url).database
-        _in_thread(lambda: self._execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        in_thread(lambda: self._execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
     def drop_template(self) -> None:
-        _in_thread(lambda: self._execute(f"DROP DATABASE IF EXISTS {self.template} WITH (FORCE)"))
+        in_thread(lambda: self._execute(f"DROP DATABASE IF EXISTS {self.template} WITH (FORCE)"))

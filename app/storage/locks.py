@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.storage.layout import Layout
 
 _MAX_BACKOFF_S = 0.005
+_UNLOCK = "SELECT pg_advisory_unlock(:key)"
 _GLOBAL = "\x00global"  # the name of the lock around migration and startup reconciliation
 
 
@@ -137,13 +138,24 @@ class AdvisoryLocks:
         # under the lock refuses an unknown task.
         key = advisory_key(name)
         delay = 0.0002
-        while not await self._scalar("SELECT pg_try_advisory_lock(:key)", key):
+        while not await self._try_lock(key):
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF_S)
         try:
             yield
         finally:
-            await asyncio.shield(self._scalar("SELECT pg_advisory_unlock(:key)", key))
+            await asyncio.shield(self._scalar(_UNLOCK, key))
+
+    async def _try_lock(self, key: int) -> bool:
+        # A query cancelled half-way would leave the shared connection unusable, so the attempt
+        # always finishes; if its waiter was cancelled meanwhile, a lock it took is given back.
+        attempt = asyncio.ensure_future(self._scalar("SELECT pg_try_advisory_lock(:key)", key))
+        try:
+            return bool(await asyncio.shield(attempt))
+        except asyncio.CancelledError:
+            if await attempt:
+                await self._scalar(_UNLOCK, key)
+            raise
 
     async def close(self) -> None:
         async with self._turn:

@@ -768,7 +768,7 @@ async def test_current_is_rebuilt_byte_identical_after_compactions_and_rewinds(
 
     current.unlink()
     async with (
-        LifespanManager(create_app(settings)) as manager,
+        LifespanManager(create_app(settings), startup_timeout=60, shutdown_timeout=60) as manager,
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=manager.app), base_url="http://test"
         ) as restarted,

@@ -205,7 +205,7 @@ async def scenario(context_length: int, plan: list[Step]) -> Run:
             context_dir=context_dir, fsync="never", job_backoff_s=0, job_max_attempts=1
         )
         application = create_app(config)
-        async with LifespanManager(application) as manager:
+        async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60) as manager:
             transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
                 run = Run(client=client, context_dir=context_dir)

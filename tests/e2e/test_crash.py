@@ -6,7 +6,6 @@ from where the history ends, and a retry with the same Idempotency-Key must neve
 
 import asyncio
 import json
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import task_body
+from tests.database import run_sql
 from tests.e2e import server
 from tests.e2e.server import (
     Server,
@@ -276,31 +276,32 @@ HEAD_COLUMNS = "last_seq, messages_bytes, current_bytes, current_messages, conte
 STATS_COLUMNS = "total_messages, llm_call_count, tool_call_count, total_tokens"
 
 
-def _committed_state(db: Path, uuid: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    with sqlite3.connect(db) as conn:
-        head = conn.execute(
-            f"SELECT {HEAD_COLUMNS} FROM context_heads WHERE task_uuid = ?", (uuid,)
-        ).fetchone()
-        stats = conn.execute(
-            f"SELECT {STATS_COLUMNS} FROM tasks WHERE uuid = ?", (uuid,)
-        ).fetchone()
-    return head, stats
+def _committed_state(context_dir: Path, uuid: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    head, stats = run_sql(
+        context_dir,
+        (f"SELECT {HEAD_COLUMNS} FROM context_heads WHERE task_uuid = :uuid", {"uuid": uuid}),
+        (f"SELECT {STATS_COLUMNS} FROM tasks WHERE uuid = :uuid", {"uuid": uuid}),
+    )
+    return head[0]._asdict(), stats[0]._asdict()
 
 
 def _lose_last_commit(
-    db: Path, uuid: str, state: tuple[tuple[Any, ...], tuple[Any, ...]], key: str
+    context_dir: Path, uuid: str, state: tuple[dict[str, Any], dict[str, Any]], key: str
 ) -> None:
     """Put the database back as it was before the last append committed (the files keep it)."""
     head, stats = state
-    with sqlite3.connect(db) as conn:
-        assigns = ", ".join(f"{c} = ?" for c in HEAD_COLUMNS.split(", "))
-        conn.execute(f"UPDATE context_heads SET {assigns} WHERE task_uuid = ?", (*head, uuid))
-        assigns = ", ".join(f"{c} = ?" for c in STATS_COLUMNS.split(", "))
-        conn.execute(f"UPDATE tasks SET {assigns} WHERE uuid = ?", (*stats, uuid))
-        deleted = conn.execute(
-            "DELETE FROM idempotency_keys WHERE task_uuid = ? AND key = ?", (uuid, key)
-        )
-        assert deleted.rowcount == 1
+    head_assigns = ", ".join(f"{c} = :{c}" for c in head)
+    stats_assigns = ", ".join(f"{c} = :{c}" for c in stats)
+    *_, deleted = run_sql(
+        context_dir,
+        (f"UPDATE context_heads SET {head_assigns} WHERE task_uuid = :uuid", head | {"uuid": uuid}),
+        (f"UPDATE tasks SET {stats_assigns} WHERE uuid = :uuid", stats | {"uuid": uuid}),
+        (
+            "DELETE FROM idempotency_keys WHERE task_uuid = :uuid AND key = :key",
+            {"uuid": uuid, "key": key},
+        ),
+    )
+    assert deleted == 1
 
 
 @pytest.mark.parametrize("read_first", [False, True], ids=["retry-first", "read-first"])
@@ -316,8 +317,7 @@ async def test_keyed_retry_of_a_write_whose_commit_was_lost(
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
         uuid = await _task_with_messages(http, 1)  # seqs 1 (system), 2
     srv.stop()
-    db = servers.context_dir / "tasks.db"
-    before = _committed_state(db, uuid)
+    before = _committed_state(servers.context_dir, uuid)
 
     key = "retry-after-crash"
     body = {"messages": [{"role": "user", "content": "b1"}, {"role": "user", "content": "b2"}]}
@@ -329,7 +329,7 @@ async def test_keyed_retry_of_a_write_whose_commit_was_lost(
         assert original.status_code == 201, original.text
         assert original.json()["seqs"] == [3, 4]
     srv.stop()
-    _lose_last_commit(db, uuid, before, key)
+    _lose_last_commit(servers.context_dir, uuid, before, key)
 
     srv.start()
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:

@@ -42,7 +42,7 @@ async def logged_service(
     handler = next(h for h in logging.getLogger().handlers if isinstance(h, ServiceHandler))
     output = io.StringIO()
     handler.setStream(output)
-    async with LifespanManager(application) as manager:
+    async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             yield client, output

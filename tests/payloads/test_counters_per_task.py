@@ -48,7 +48,9 @@ async def test_the_models_family_picks_the_counter(
 
 @asynccontextmanager
 async def service(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    async with LifespanManager(create_app(settings)) as manager:
+    async with LifespanManager(
+        create_app(settings), startup_timeout=60, shutdown_timeout=60
+    ) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             yield client

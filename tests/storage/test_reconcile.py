@@ -7,7 +7,6 @@ directory left by hand where a create, delete or move that was cut short would h
 import asyncio
 import logging
 import shutil
-import sqlite3
 import uuid as uuid_module
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ from app.config import Settings
 from app.main import create_app
 from app.storage.layout import LOCATIONS
 from tests.conftest import snapshot_dir, task_body
+from tests.database import run_sql
 from tests.storage.support import get_json, post_json
 
 
@@ -148,10 +148,11 @@ async def test_trash_dir_without_row_is_removed(
         kept = await _create(client)
         gone = await _create(client)
     _move(context_dir, gone, "running", ".trash")
-    with sqlite3.connect(context_dir / "tasks.db") as db:  # the row delete did commit
-        db.execute("PRAGMA foreign_keys=ON")
-        db.execute("DELETE FROM context_heads WHERE task_uuid = ?", (gone,))
-        db.execute("DELETE FROM tasks WHERE uuid = ?", (gone,))
+    run_sql(  # the row delete did commit
+        context_dir,
+        ("DELETE FROM context_heads WHERE task_uuid = :uuid", {"uuid": gone}),
+        ("DELETE FROM tasks WHERE uuid = :uuid", {"uuid": gone}),
+    )
     kept_files = snapshot_dir(context_dir / "running" / kept)
 
     with caplog.at_level(logging.WARNING):
@@ -300,7 +301,6 @@ async def test_two_apps_start_concurrently(settings: Settings, context_dir: Path
             await barrier.wait()
 
     await asyncio.wait_for(asyncio.gather(run(0), run(1)), timeout=120)
-    with sqlite3.connect(context_dir / "tasks.db") as db:
-        versions = db.execute("SELECT version_num FROM alembic_version").fetchall()
+    [versions] = run_sql(context_dir, ("SELECT version_num FROM alembic_version", {}))
     assert len(versions) == 1
     assert sorted(p.name for p in (context_dir / "running").iterdir()) == sorted(created)

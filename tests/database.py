@@ -1,0 +1,61 @@
+"""The test's database, reached from outside the app (as an operator or a crash would).
+
+DATABASE_URL names the test's own PostgreSQL database (tests/conftest.py); without it, the app
+keeps SQLite in its context directory. Statements run on a private event loop in a worker
+thread, so that sync and async tests alike can call :func:`run_sql`.
+"""
+
+import asyncio
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+T = TypeVar("T")
+
+
+def in_thread(work: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine function to completion on a new event loop in another thread."""
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(asyncio.run(work()))  # type: ignore[arg-type]
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return results[0]
+
+
+def uses_postgres() -> bool:
+    return bool(os.environ.get("DATABASE_URL"))
+
+
+def run_sql(context_dir: Path, *statements: tuple[str, dict[str, Any]]) -> list[Any]:
+    """Run the statements in one transaction; for each, its rows (a query) or its row count."""
+    url = os.environ.get("DATABASE_URL") or f"sqlite+aiosqlite:///{context_dir / 'tasks.db'}"
+
+    async def work() -> list[Any]:
+        engine = create_async_engine(url, poolclass=NullPool)
+        try:
+            async with engine.begin() as connection:
+                results: list[Any] = []
+                for sql, params in statements:
+                    result = await connection.execute(text(sql), params)
+                    results.append(result.all() if result.returns_rows else result.rowcount)
+                return results
+        finally:
+            await engine.dispose()
+
+    return in_thread(work)
