@@ -10,6 +10,7 @@ event loop or a database connection; both vanish with the process that held them
 import asyncio
 import fcntl
 import hashlib
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -17,9 +18,12 @@ from pathlib import Path
 from typing import Protocol
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.storage.layout import Layout
+
+log = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 0.005
 _UNLOCK = "SELECT pg_advisory_unlock(:key)"
@@ -117,18 +121,25 @@ class AdvisoryLocks:
 
     async def _scalar(self, sql: str, key: int) -> object:
         async with self._turn:
-            if self._connection is None:
-                connection = await self._engine.connect()
-                # Autocommit: a session lock outlives transactions, and no transaction may
-                # stay open on this connection while locks are held.
-                self._connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
-            try:
-                return (await self._connection.execute(text(sql), {"key": key})).scalar()
-            except Exception:
-                # A lost connection took its locks with it: the next use opens a new one.
-                connection, self._connection = self._connection, None
-                await connection.invalidate()
-                raise
+            for attempt in (1, 2):
+                if self._connection is None:
+                    connection = await self._engine.connect()
+                    # Autocommit: a session lock outlives transactions, and no transaction may
+                    # stay open on this connection while locks are held.
+                    self._connection = await connection.execution_options(
+                        isolation_level="AUTOCOMMIT"
+                    )
+                try:
+                    return (await self._connection.execute(text(sql), {"key": key})).scalar()
+                except DBAPIError as exc:
+                    lost, self._connection = self._connection, None
+                    await lost.invalidate()
+                    if not exc.connection_invalidated or attempt == 2:
+                        raise
+                    # The server ended the session and with it every lock it held: holders
+                    # here lost their exclusion. Nothing can give it back; say so, go on.
+                    log.error("the advisory lock connection was lost; its locks were released")
+            raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def hold(

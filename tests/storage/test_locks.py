@@ -273,3 +273,31 @@ async def test_process_waits_while_this_process_holds(
     await asyncio.to_thread(_wait_all, [process])
     assert log.read_text().split("\n")[0].startswith("start")
     assert locks._entries == {}
+
+
+async def test_a_lost_advisory_connection_is_replaced(
+    lock_url: str, make_locks: Callable[[], TaskLocks], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server ends the lock connection (a restart, an admin's pg_terminate_backend): the
+    next lock opens a new connection, and holds the lock there, instead of failing; the loss
+    is logged."""
+    if not lock_url:
+        pytest.skip("lock files have no connection")
+    locks = make_locks()
+    async with locks.hold(TASK):
+        pass
+    dsn = make_url(lock_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    admin = await asyncpg.connect(dsn)
+    try:
+        ended = await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert ended == 1
+        async with locks.hold(TASK):
+            assert (
+                await admin.fetchval("SELECT pg_try_advisory_lock($1)", advisory_key(TASK)) is False
+            )
+    finally:
+        await admin.close()
+    assert "advisory lock connection was lost" in caplog.text
