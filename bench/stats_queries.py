@@ -170,9 +170,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=Path(__file__).parent.parent) as tmp:
         # No periodic cleanup: the rows go back DAYS days and would be removed under the bench.
-        settings = Settings(
-            context_dir=Path(tmp) / "contexts", cleanup_days=0, log_level="WARNING"
-        )
+        settings = Settings(context_dir=Path(tmp) / "contexts", cleanup_days=0, log_level="WARNING")
         started = time.perf_counter()
         rows = asyncio.run(populate(settings, args.tasks))
         populate_s = round(time.perf_counter() - started, 1)
