@@ -5,6 +5,7 @@ import logging
 import os
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -96,6 +97,14 @@ def _os_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_payload(code, message, {"reason": reason}), status)
 
 
+def _corrupt_record(_: Request, exc: Exception) -> JSONResponse:
+    """A committed line that does not parse: the file was damaged under the service (recovery
+    repairs torn tails, not bytes changed in the middle). Say so; never guess its content."""
+    log.error("a stored record does not parse: %s", exc)
+    message = "a stored record of this task does not parse: its file is damaged (see the logs)"
+    return JSONResponse(error_payload("corrupt_record", message), 500)
+
+
 def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
     return JSONResponse(error_payload("internal_error", "internal server error"), 500)
@@ -104,6 +113,7 @@ def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(OSError, _os_error)
+    app.add_exception_handler(orjson.JSONDecodeError, _corrupt_record)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)
