@@ -1,13 +1,16 @@
 """Putting jobs in the table and reading them back."""
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, select, update
+from sqlalchemy import ColumnElement, Select, and_, or_, select, update
 
 from app.db.engine import Database
 from app.db.models import Job
 from app.errors import NotFound
+
+log = logging.getLogger(__name__)
 
 ACTIVE = ("queued", "running")
 
@@ -113,28 +116,54 @@ class JobQueue:
             return list(await session.scalars(query.order_by(Job.id.desc()).limit(limit)))
 
     async def claim(self) -> Job | None:
-        """Take the oldest due job: mark it running, with a lease, in one transaction."""
+        """Take the oldest due job: mark it running, with a lease, in one transaction.
+
+        A running job whose lease ran out lost its worker (killed, or its host gone): it is due
+        again, for any worker of any process; after its last attempt it fails instead.
+        """
         now = datetime.now(UTC)
+        expired = and_(Job.status == "running", Job.lease_until < now)
         async with self.db.transaction() as session:
+            await session.execute(
+                update(Job)
+                .where(expired, Job.attempts >= Job.max_attempts)
+                .values(
+                    status="failed",
+                    lease_until=None,
+                    finished_at=now,
+                    error="its worker stopped during the last attempt",
+                )
+            )
             job = await session.scalar(
                 select(Job)
-                .where(Job.status == "queued", Job.not_before <= now)
+                .where(or_(and_(Job.status == "queued", Job.not_before <= now), expired))
                 .order_by(Job.id)
                 .limit(1)
                 .with_for_update(skip_locked=True)
             )
             if job is None:
                 return None
+            if job.status == "running":
+                log.warning("job %d (%s): its worker stopped; running it again", job.id, job.kind)
             job.status = "running"
             job.attempts += 1
             job.started_at = now
             job.lease_until = now + timedelta(seconds=self.lease_s)
         return job
 
-    async def renew(self, job_id: int) -> None:
+    def _still_ours(self, job: Job) -> ColumnElement[bool]:
+        """The job as this run claimed it: once its lease ran out and another run claimed it
+        (attempts moved on), the old run may neither renew nor record anything."""
+        return and_(Job.id == job.id, Job.status == "running", Job.attempts == job.attempts)
+
+    async def renew(self, job: Job) -> bool:
+        """Extend the run's lease; False when the job is no longer this run's."""
         until = datetime.now(UTC) + timedelta(seconds=self.lease_s)
         async with self.db.transaction() as session:
-            await session.execute(update(Job).where(Job.id == job_id).values(lease_until=until))
+            result = await session.execute(
+                update(Job).where(self._still_ours(job)).values(lease_until=until)
+            )
+        return bool(getattr(result, "rowcount", 0))
 
     async def finish(
         self,
@@ -157,15 +186,8 @@ class JobQueue:
         else:
             values |= {"result": result, "finished_at": now}
         async with self.db.transaction() as session:
-            await session.execute(update(Job).where(Job.id == job.id).values(**values))
-
-    async def requeue_expired(self) -> int:
-        """Running jobs whose lease ran out (their process died) go back to the queue."""
-        now = datetime.now(UTC)
-        async with self.db.transaction() as session:
-            result = await session.execute(
-                update(Job)
-                .where(Job.status == "running", Job.lease_until < now)
-                .values(status="queued", lease_until=None, not_before=now)
+            updated = await session.execute(
+                update(Job).where(self._still_ours(job)).values(**values)
             )
-        return int(getattr(result, "rowcount", 0) or 0)
+        if not getattr(updated, "rowcount", 0):
+            log.warning("job %d: its lease ran out and another run took it over", job.id)

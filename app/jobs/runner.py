@@ -44,9 +44,6 @@ class JobRunner:
         queue.listeners.append(self._wake.set)
 
     async def start(self) -> None:
-        requeued = await self.queue.requeue_expired()
-        if requeued:
-            log.warning("requeued %d jobs whose process stopped while running them", requeued)
         self._loop = asyncio.create_task(self._run_forever())
 
     async def stop(self) -> None:
@@ -79,7 +76,7 @@ class JobRunner:
         # Lines logged by the job are about its task; _run is an asyncio task of its own, so
         # the value lasts exactly as long as the job (and its heartbeat inherits it).
         TASK_UUID.set(job.task_uuid)
-        heartbeat = asyncio.create_task(self._heartbeat(job.id))
+        heartbeat = asyncio.create_task(self._heartbeat(job))
         try:
             result = await self.handlers[job.kind](job)
             status = "skipped" if result.get("skipped") else "succeeded"
@@ -113,7 +110,8 @@ class JobRunner:
             self._slots.release()
             self._wake.set()
 
-    async def _heartbeat(self, job_id: int) -> None:
+    async def _heartbeat(self, job: Job) -> None:
         while True:
             await asyncio.sleep(self.queue.lease_s / 3)
-            await self.queue.renew(job_id)
+            if not await self.queue.renew(job):
+                return  # taken over: finish() will not record this run either

@@ -45,12 +45,26 @@ async def reconcile(layout: Layout, db: Database, locks: TaskLocks) -> int:
                 log.error("task %s: its directory is missing", task_uuid)
     fixed = 0
     for task_uuid, locations in found.items():
-        expected = STATUS_DIRS.get(statuses.get(task_uuid, ""), None)
-        if locations == [expected]:
+        if locations == [STATUS_DIRS.get(statuses.get(task_uuid, ""))]:
             continue
+        # Other processes may be serving meanwhile: what was listed may have moved on, so
+        # the task is looked at again under its lock before anything is moved or removed.
         async with locks.hold(task_uuid):
-            fixed += await asyncio.to_thread(_fix, layout, task_uuid, locations, expected)
+            try:
+                fixed += await _reconcile_task(layout, db, task_uuid)
+            except OSError:  # one task's trouble must not keep the service from starting
+                log.exception("task %s: its directories could not be reconciled", task_uuid)
     return fixed
+
+
+async def _reconcile_task(layout: Layout, db: Database, task_uuid: str) -> int:
+    async with db.reader() as session:
+        status = await session.scalar(select(Task.status).where(Task.uuid == task_uuid))
+    expected = STATUS_DIRS.get(status or "")
+    locations = await asyncio.to_thread(layout.find, task_uuid)
+    if not locations or locations == [expected]:
+        return 0
+    return await asyncio.to_thread(_fix, layout, task_uuid, locations, expected)
 
 
 def _fix(layout: Layout, task_uuid: str, locations: list[str], expected: str | None) -> int:

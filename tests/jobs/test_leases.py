@@ -1,0 +1,73 @@
+"""Job leases: a running job whose worker died (its lease ran out) is claimed again by any
+worker, at any time, not only at a start; the old run, should it still be alive, can neither
+renew nor record anything; a job whose last attempt died fails instead of staying running."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from app.db.engine import open_database
+from app.jobs.queue import JobQueue
+from tests.api.helpers import create_task
+from tests.conftest import running_app
+
+LEASE_S = 0.2
+
+
+@pytest.fixture
+async def task_and_db(context_dir: Path) -> AsyncIterator[tuple[str, str]]:
+    """A task (the app's own runner polls once an hour, so it leaves our jobs alone) and the
+    database URL, for queues of the test's own."""
+    settings = Settings(context_dir=context_dir, job_poll_s=3600)
+    async with running_app(settings) as client:
+        yield (await create_task(client))["uuid"], settings.effective_database_url
+
+
+async def test_an_expired_lease_is_claimed_again_and_the_old_run_is_fenced(
+    task_and_db: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    task_uuid, url = task_and_db
+    db = open_database(url)
+    try:
+        queue = JobQueue(db, max_attempts=3, lease_s=LEASE_S)
+        job = await queue.enqueue_once(task_uuid, "condense")
+        first = await queue.claim()
+        assert first is not None
+        assert (first.id, first.attempts) == (job.id, 1)
+        assert await queue.claim() is None  # leased to the first run
+        await asyncio.sleep(LEASE_S * 1.5)  # the first run's worker "died"
+
+        second = await queue.claim()
+        assert second is not None
+        assert (second.id, second.attempts) == (job.id, 2)
+        assert "its worker stopped; running it again" in caplog.text
+        assert not await queue.renew(first)
+        await queue.finish(first, "succeeded", result={"run": 1})  # ignored
+        assert "another run took it over" in caplog.text
+        assert await queue.renew(second)
+        await queue.finish(second, "succeeded", result={"run": 2})
+
+        [row] = await queue.list(task_uuid=task_uuid, status=None, limit=10)
+        assert (row.status, row.result, row.attempts) == ("succeeded", {"run": 2}, 2)
+    finally:
+        await db.dispose()
+
+
+async def test_a_job_whose_last_attempt_died_fails(task_and_db: tuple[str, str]) -> None:
+    task_uuid, url = task_and_db
+    db = open_database(url)
+    try:
+        queue = JobQueue(db, max_attempts=1, lease_s=LEASE_S)
+        job = await queue.enqueue_once(task_uuid, "condense")
+        assert await queue.claim() is not None
+        await asyncio.sleep(LEASE_S * 1.5)
+        assert await queue.claim() is None
+        [row] = await queue.list(task_uuid=task_uuid, status=None, limit=10)
+        assert (row.id, row.status, row.attempts) == (job.id, "failed", 1)
+        assert row.error == "its worker stopped during the last attempt"
+        assert row.finished_at is not None
+    finally:
+        await db.dispose()
