@@ -97,7 +97,8 @@ async def test_a_receiver_that_is_down_neither_blocks_nor_fails_the_transition(
         [job] = await settled_jobs(client, task["uuid"], "webhook")
         assert job["status"] == "failed"
         assert job["attempts"] == 3
-        assert "ConnectError" in job["error"]
+        # Refused; or, on a machine too busy to see the refusal within the timeout, timed out.
+        assert "ConnectError" in job["error"] or "ConnectTimeout" in job["error"]
         assert down not in job["error"]
         assert (await client.get(f"/tasks/{task['uuid']}")).json()["status"] == "completed"
 
