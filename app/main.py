@@ -3,7 +3,7 @@
 from fastapi import Depends, FastAPI
 
 from app.api.errors import install_error_handlers
-from app.api.limits import BodyLimitMiddleware
+from app.api.limits import BodyLimitMiddleware, NulQueryMiddleware
 from app.auth.dependencies import authenticate
 from app.auth.middleware import AuthMiddleware
 from app.compaction.endpoints import router as compaction_router
@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(NulQueryMiddleware)
     # Outside the body limit: a caller without a key has nothing of its body read.
     app.add_middleware(AuthMiddleware, keys=settings.auth_keys)
     # Added last, so outermost: requests refused by the body limit are timed and logged too.

@@ -1,8 +1,11 @@
-"""Request body size limit, enforced before the application sees (or stores) anything.
+"""Limits enforced before the application sees (or stores) anything: the body's size, and
+query strings a database can compare.
 
 Starlette's own RequestBodyLimitMiddleware answers a declared oversized body in plain text,
 which would break the API's one error shape; this one answers in that shape.
 """
+
+from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -56,22 +59,35 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
     async def _reject(self, send: Send) -> None:
-        body = orjson.dumps(
-            error_payload(
-                "body_too_large",
-                f"the request body exceeds {self.max_bytes} bytes",
-                {"limit": self.max_bytes},
-            )
+        payload = error_payload(
+            "body_too_large",
+            f"the request body exceeds {self.max_bytes} bytes",
+            {"limit": self.max_bytes},
         )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, 413, payload, close=True)
+
+
+class NulQueryMiddleware:
+    """Answers 422 for a query string holding a NUL character (%00): query parameters are
+    compared with database columns, and PostgreSQL's text refuses NUL (a 500 otherwise)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and b"%00" in scope.get("query_string", b""):
+            message = "the query string holds a NUL character (%00)"
+            await send_error(send, 422, error_payload("invalid_character", message), close=False)
+            return
+        await self.app(scope, receive, send)
+
+
+async def send_error(send: Send, status: int, payload: dict[str, Any], *, close: bool) -> None:
+    """An error in the API's one shape, answered by a middleware (``close``: the body was not
+    read, so the connection cannot be reused)."""
+    body = orjson.dumps(payload)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

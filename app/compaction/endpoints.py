@@ -6,6 +6,7 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import ServicesDep, TaskUUID, ThreadID
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.compaction.schemas import (
     CompactionResult,
     CompressBody,
@@ -15,7 +16,9 @@ from app.compaction.schemas import (
     SummaryRecord,
 )
 
-router = APIRouter(prefix="/tasks/{uuid}", tags=["compaction"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    route_class=OrjsonRoute, prefix="/tasks/{uuid}", tags=["compaction"], responses=ERROR_RESPONSES
+)
 
 
 @router.post("/compress", response_model=CompactionResult)

@@ -35,6 +35,32 @@ def as_utc(value: datetime) -> datetime:
 UTCBound = Annotated[datetime, AfterValidator(as_utc)]  # a query parameter or filter field
 
 
+def storable(value: str) -> str:
+    """A string a database column can hold: PostgreSQL text and jsonb refuse NUL characters
+    (SQLite would take them; refused on both, so the API is the same everywhere)."""
+    if "\x00" in value:
+        raise ValueError("NUL characters cannot be stored")
+    return value
+
+
+def storable_json(value: Any) -> Any:
+    """:func:`storable` for every key and string inside a JSON value."""
+    if isinstance(value, str):
+        storable(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            storable(key)
+            storable_json(item)
+    elif isinstance(value, list):
+        for item in value:
+            storable_json(item)
+    return value
+
+
+DBText = Annotated[str, AfterValidator(storable)]  # a field stored in a text column
+DBJSON = Annotated[dict[str, Any], AfterValidator(storable_json)]  # ... in a JSON column
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every backend (SQLite stores no zone)."""
 

@@ -4,10 +4,13 @@ from fastapi import APIRouter, Response, status
 
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.final_summaries.schemas import FinalSummaryOut
 from app.jobs.schemas import JobOut
 
-router = APIRouter(prefix="/tasks/{uuid}", tags=["lifecycle"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    route_class=OrjsonRoute, prefix="/tasks/{uuid}", tags=["lifecycle"], responses=ERROR_RESPONSES
+)
 
 
 @router.get(

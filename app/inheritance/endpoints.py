@@ -4,15 +4,18 @@ import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.auth.dependencies import require_unscoped
 from app.storage.layout import FINAL_SUMMARY
 from app.tasks.presenters import inheritance_out
 from app.tasks.schemas import Candidate, CandidatePage, InheritanceOut, TaskKey
 
-router = APIRouter(tags=["lifecycle"], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=OrjsonRoute, tags=["lifecycle"], responses=ERROR_RESPONSES)
 
 
 @router.get(
@@ -32,9 +35,12 @@ async def inheritance_candidates(
 ) -> CandidatePage:
     """The finished runs a new task with this key and user would inherit from, newest first
     (the first one is chosen)."""
-    key = TaskKey(
-        task_source=task_source, owner=owner, repo=repo, task_type=task_type, task_id=task_id
-    )
+    try:
+        key = TaskKey(
+            task_source=task_source, owner=owner, repo=repo, task_type=task_type, task_id=task_id
+        )
+    except ValidationError as exc:  # the parts' limits are TaskKey's: a 422 like any other
+        raise RequestValidationError(exc.errors(include_url=False), body=None) from None
     tasks = await services.inheritance.candidates(key, user, limit)
     layout = services.store.layout
 

@@ -7,16 +7,19 @@ from fastapi import APIRouter, Path, Query
 
 from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.auth.dependencies import PrincipalDep, require_unscoped
 from app.errors import NotFound, TaskNotFound
 from app.jobs.schemas import JobOut, JobPage, JobStatus
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    route_class=OrjsonRoute, prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES
+)
 
 
 @router.get("/{job_id}", response_model=JobOut)
 async def get_job(
-    job_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    job_id: Annotated[int, Path(ge=1, le=2**31 - 1)],  # the column's range
     services: ServicesDep,
     principal: PrincipalDep,
 ) -> JobOut:

@@ -6,10 +6,12 @@ from fastapi import APIRouter, Body, Depends
 
 from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.auth.dependencies import require_admin, require_unscoped
 from app.maintenance.schemas import CleanupBody, CleanupReport
 
 router = APIRouter(
+    route_class=OrjsonRoute,
     prefix="/maintenance",
     tags=["maintenance"],
     responses=ERROR_RESPONSES,

@@ -6,9 +6,15 @@ from fastapi import APIRouter, Body, Header, Query, Response, status
 
 from app.api.deps import ServicesDep, TaskUUID, ThreadID
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.messages.schemas import AppendBody, AppendResult, MessagePage
 
-router = APIRouter(prefix="/tasks/{uuid}/messages", tags=["messages"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    route_class=OrjsonRoute,
+    prefix="/tasks/{uuid}/messages",
+    tags=["messages"],
+    responses=ERROR_RESPONSES,
+)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=AppendResult)

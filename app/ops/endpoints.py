@@ -8,10 +8,12 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from app.api.deps import ServicesDep
+from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.auth.dependencies import require_unscoped
 from app.observability.metrics import CONTENT_TYPE
 
-router = APIRouter(tags=["ops"])
+router = APIRouter(route_class=OrjsonRoute, tags=["ops"])
 
 
 @router.get("/healthz")
@@ -62,7 +64,8 @@ context_messages_appended_total 418.0
         200: {
             "description": "Prometheus text format (version 0.0.4)",
             "content": {CONTENT_TYPE: {"schema": {"type": "string"}, "example": _METRICS_EXAMPLE}},
-        }
+        },
+        **{status: ERROR_RESPONSES[status] for status in (401, 403)},
     },
 )
 async def metrics(services: ServicesDep) -> PrometheusResponse:

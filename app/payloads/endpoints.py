@@ -7,6 +7,7 @@ from fastapi.responses import StreamingResponse
 
 from app.api.deps import ServicesDep, TaskUUID, ThreadID
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.payloads.schemas import ContextView, FormatName
 
 FormatQuery = Annotated[
@@ -14,7 +15,9 @@ FormatQuery = Annotated[
     Query(description="The provider's request format; default: the task's llm_provider's."),
 ]
 
-router = APIRouter(prefix="/tasks/{uuid}", tags=["context"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    route_class=OrjsonRoute, prefix="/tasks/{uuid}", tags=["context"], responses=ERROR_RESPONSES
+)
 
 _REQUEST_EXAMPLE: dict[str, Any] = {
     "model": "gpt-4o",

@@ -6,9 +6,15 @@ from fastapi import APIRouter, Query, status
 
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.planning.schemas import PlanEntry, PlanEntryIn, PlanPage
 
-router = APIRouter(prefix="/tasks/{uuid}/planning", tags=["planning"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    route_class=OrjsonRoute,
+    prefix="/tasks/{uuid}/planning",
+    tags=["planning"],
+    responses=ERROR_RESPONSES,
+)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=PlanEntry)

@@ -6,11 +6,15 @@ from fastapi import APIRouter, Depends, Query
 
 from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.auth.dependencies import require_unscoped
 from app.stats.schemas import StatsOut, StatsQuery
 
 router = APIRouter(
-    tags=["ops"], responses=ERROR_RESPONSES, dependencies=[Depends(require_unscoped)]
+    route_class=OrjsonRoute,
+    tags=["ops"],
+    responses=ERROR_RESPONSES,
+    dependencies=[Depends(require_unscoped)],
 )
 
 

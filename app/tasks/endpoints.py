@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Query, Response, status
 
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.auth.dependencies import PrincipalDep, require_admin
 from app.db.base import UTCBound
 from app.errors import Forbidden
@@ -13,7 +14,9 @@ from app.tasks.presenters import task_created, task_out
 from app.tasks.repository import encode_cursor
 from app.tasks.schemas import FailBody, TaskCreate, TaskCreated, TaskOut, TaskPage, TaskStatus
 
-router = APIRouter(prefix="/tasks", tags=["tasks"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    route_class=OrjsonRoute, prefix="/tasks", tags=["tasks"], responses=ERROR_RESPONSES
+)
 
 
 @router.post(

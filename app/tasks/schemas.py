@@ -6,6 +6,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.db.base import DBJSON, DBText
+
 TaskStatus = Literal["running", "paused", "completed", "failed"]
 
 # Payload keys the service itself sets; request defaults may not override them.
@@ -14,11 +16,11 @@ RESERVED_REQUEST_KEYS = frozenset({"model", "messages", "tools", "stream", "syst
 
 class TaskKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    task_source: str = Field(min_length=1, max_length=64, examples=["github"])
-    owner: str = Field(min_length=1, max_length=255, examples=["notfolder"])
-    repo: str = Field(min_length=1, max_length=255, examples=["coding_agent"])
-    task_type: str = Field(min_length=1, max_length=64, examples=["issue"])
-    task_id: str = Field(min_length=1, max_length=255, examples=["27"])
+    task_source: DBText = Field(min_length=1, max_length=64, examples=["github"])
+    owner: DBText = Field(min_length=1, max_length=255, examples=["notfolder"])
+    repo: DBText = Field(min_length=1, max_length=255, examples=["coding_agent"])
+    task_type: DBText = Field(min_length=1, max_length=64, examples=["issue"])
+    task_id: DBText = Field(min_length=1, max_length=255, examples=["27"])
 
 
 class FunctionDefinition(BaseModel):
@@ -78,9 +80,9 @@ class TaskCreate(BaseModel):
         None, description="Assigned by the agent's queue; generated if absent."
     )
     task_key: TaskKey
-    user: str | None = Field(None, max_length=255)
-    llm_provider: str = Field("openai", min_length=1, max_length=64)
-    model: str = Field(min_length=1, max_length=255)
+    user: DBText | None = Field(None, max_length=255)
+    llm_provider: DBText = Field("openai", min_length=1, max_length=64)
+    model: DBText = Field(min_length=1, max_length=255)
     context_length: int | None = Field(None, ge=1024, le=100_000_000)
     max_output_tokens: int | None = Field(None, ge=1)
     system_prompt: str | None = Field(None, description="Becomes message seq 1.")
@@ -89,13 +91,13 @@ class TaskCreate(BaseModel):
         default_factory=dict, description="Merged into every payload (temperature, ...)."
     )
     inherit: bool | None = None
-    summary_backend: str | None = Field(
+    summary_backend: DBText | None = Field(
         None,
         max_length=64,
         description="A configured LLM backend, by name, for this task's summaries; "
         "'extractive' for the embedded one. Never a URL.",
     )
-    hooks: list[str] = Field(
+    hooks: list[DBText] = Field(
         default_factory=list,
         max_length=32,
         description="Named webhooks configured on the server (WEBHOOKS) to call for this task's "
@@ -106,7 +108,7 @@ class TaskCreate(BaseModel):
         description="Keep the latest planning entry in every payload, right after the first user "
         "message, counted in the budget: compaction never loses the current plan.",
     )
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: DBJSON = Field(default_factory=dict)
 
     @field_validator("hooks")
     @classmethod
@@ -225,4 +227,4 @@ class TaskPage(BaseModel):
 
 class FailBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    error_message: str = Field(min_length=1, max_length=100_000)
+    error_message: DBText = Field(min_length=1, max_length=100_000)

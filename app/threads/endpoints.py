@@ -6,11 +6,17 @@ from fastapi import APIRouter, Path, status
 
 from app.api.deps import ServicesDep, TaskUUID
 from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
 from app.threads.schemas import ThreadCreate, ThreadEnd, ThreadOut
 
 ThreadPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="The thread's id.")]
 
-router = APIRouter(prefix="/tasks/{uuid}/threads", tags=["threads"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    route_class=OrjsonRoute,
+    prefix="/tasks/{uuid}/threads",
+    tags=["threads"],
+    responses=ERROR_RESPONSES,
+)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ThreadOut)

@@ -5,6 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.db.base import DBText
+
 ThreadStatus = Literal["active", "completed", "aborted"]
 
 
@@ -18,14 +20,14 @@ class ThreadCreate(BaseModel):
         },
     )
     parent_thread_id: int = Field(0, ge=0, le=2**31 - 1, description="0: the task's root context.")
-    label: str | None = Field(None, max_length=255)
+    label: DBText | None = Field(None, max_length=255)
     window_ratio: float | None = Field(
         None, gt=0, lt=1, description="Share of the parent's window; STELIS_DEFAULT_WINDOW_RATIO."
     )
     max_depth: int = Field(
         3, ge=1, le=16, description="Most levels, the root's included (capped by STELIS_MAX_DEPTH)."
     )
-    chronicle_prompt: str | None = Field(None, max_length=100_000)
+    chronicle_prompt: DBText | None = Field(None, max_length=100_000)
 
 
 class ThreadEnd(BaseModel):
