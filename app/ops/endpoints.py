@@ -13,6 +13,8 @@ from app.api.routing import OrjsonRoute
 from app.auth.dependencies import require_unscoped
 from app.observability.metrics import CONTENT_TYPE
 
+ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorResponse"}
+
 router = APIRouter(route_class=OrjsonRoute, tags=["ops"])
 
 
@@ -65,7 +67,14 @@ context_messages_appended_total 418.0
             "description": "Prometheus text format (version 0.0.4)",
             "content": {CONTENT_TYPE: {"schema": {"type": "string"}, "example": _METRICS_EXAMPLE}},
         },
-        **{status: ERROR_RESPONSES[status] for status in (401, 403)},
+        # In the error shape, as JSON (not the route's Prometheus text).
+        **{
+            status: {
+                "description": ERROR_RESPONSES[status]["description"],
+                "content": {"application/json": {"schema": ERROR_SCHEMA}},
+            }
+            for status in (401, 403)
+        },
     },
 )
 async def metrics(services: ServicesDep) -> PrometheusResponse:
