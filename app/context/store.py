@@ -23,7 +23,14 @@ from sqlalchemy import Update, and_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
-from app.context.files import ContextFiles, Recovery, append_response, recover, write_group
+from app.context.files import (
+    ContextFiles,
+    Recovery,
+    append_response,
+    rebuild,
+    recover,
+    write_group,
+)
 from app.context.records import (
     ContextAccumulator,
     HeadState,
@@ -42,7 +49,7 @@ from app.errors import (
     ThreadNotActive,
     ThreadNotFound,
 )
-from app.storage.jsonl import fsync_dir, truncate
+from app.storage.jsonl import first_damaged_line, fsync_dir, truncate
 from app.storage.layout import CURRENT, MESSAGES, METADATA, STATUS_DIRS, Layout, context_dir
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
@@ -253,6 +260,8 @@ class ContextStore:
     ) -> Snapshot:
         """:meth:`snapshot` of a context whose task lock is held."""
         head = await self.recovered_head(locked)
+        if file_name == "current":
+            head = await self._whole_current(locked, head)
         handle, metadata = await asyncio.to_thread(
             _open_snapshot, self.task_dir(locked.task), self.files(locked), file_name
         )
@@ -271,6 +280,26 @@ class ContextStore:
     async def recovered_head(self, locked: LockedTask) -> HeadState:
         """The committed head, after repairing the files if needed. Hold the task lock."""
         return (await self._recover(locked)).head
+
+    async def _whole_current(self, locked: LockedTask, head: HeadState) -> HeadState:
+        """The head, after rebuilding current.jsonl if a line of it no longer parses: it is
+        derived from messages.jsonl, so its damage is repaired, not served. (Damage in
+        messages.jsonl itself makes the rebuild fail: a 500 corrupt_record before any byte.)"""
+        files = self.files(locked)
+        damaged = await asyncio.to_thread(first_damaged_line, files.current, head.current_bytes)
+        if damaged is None:
+            return head
+        log.error(
+            "task %s thread %d: current.jsonl is damaged at byte %d: rebuilding it",
+            locked.task.uuid,
+            locked.thread_id,
+            damaged,
+        )
+        rebuilt, _ = await asyncio.to_thread(rebuild, files, fsync=self.fsync)
+        if rebuilt != head:
+            recovery = Recovery(rebuilt, changed=True)
+            await self._save(locked, recovery, rebuilt, StatsDelta(), [])
+        return rebuilt
 
     async def _recover(self, locked: LockedTask) -> Recovery:
         task = locked.task

@@ -102,6 +102,18 @@ def iter_lines(
             offset += len(line) + 1
 
 
+def first_damaged_line(path: Path, end: int) -> int | None:
+    """The offset of the first whole line in [0, end) that is not a JSON object, or None.
+    (Recovery repairs tails; this finds bytes changed in the middle, by a disk or a hand.)"""
+    for offset, line in iter_lines(path, 0, end):
+        try:
+            if not isinstance(orjson.loads(line), dict):
+                return offset
+        except orjson.JSONDecodeError:
+            return offset
+    return None
+
+
 def read_page(
     f: BinaryIO, key: str, after: int, limit: int, end: int, max_bytes: int | None = None
 ) -> list[dict[str, Any]]:

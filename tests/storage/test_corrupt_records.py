@@ -1,11 +1,13 @@
-"""A committed line damaged in the middle of messages.jsonl (bytes changed under the service,
-not a torn tail): requests that must read it answer 500 `corrupt_record` in the one error
-shape, never a history silently cut short; nothing is written by them; the task goes on
-taking messages and serving its payload, and other tasks are untouched."""
+"""Committed lines damaged in the middle of a file (bytes changed under the service, not a
+torn tail). In messages.jsonl, the record of truth: requests that must read it answer 500
+`corrupt_record` in the one error shape, never a history silently cut short; nothing is written
+by them; the task goes on taking messages and serving its payload, other tasks are untouched.
+In current.jsonl, derived from messages.jsonl: rebuilt before anything is served."""
 
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.api.helpers import assert_error, create_task, task_dir
 from tests.conftest import snapshot_dir
@@ -58,3 +60,45 @@ async def test_a_damaged_history_line_is_reported_not_hidden(
     history = await client.get(f"/tasks/{healthy}/messages")
     assert history.status_code == 200, history.text
     assert len(history.json()["messages"]) == 3
+
+
+FORMATS = ("openai", "lmstudio", "anthropic", "ollama")
+
+
+async def test_a_damaged_current_line_is_rebuilt_not_served(
+    client: httpx.AsyncClient, context_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """current.jsonl is derived from messages.jsonl: a damaged line in it is repaired before
+    anything is served, in every format and in /context, and the file is as it was."""
+    task_uuid = await _task_with_messages(client, 5)
+    current = task_dir(context_dir, task_uuid) / "current.jsonl"
+    intact = current.read_bytes()
+    contents = ["You are a coding agent.", *(f"message number {i}" for i in range(5))]
+    for fmt in FORMATS:
+        _damage_line(current, 2)
+        response = await client.get(f"/tasks/{task_uuid}/request", params={"format": fmt})
+        assert response.status_code == 200, response.text
+        payload = response.json()  # whole, valid JSON
+        assert "message number 4" in response.text
+        assert current.read_bytes() == intact, fmt
+        if fmt in ("openai", "lmstudio"):
+            assert [m["content"] for m in payload["messages"]] == contents
+    _damage_line(current, 2)
+    view = await client.get(f"/tasks/{task_uuid}/context")
+    assert view.status_code == 200, view.text
+    assert current.read_bytes() == intact
+    assert "current.jsonl is damaged" in caplog.text
+
+
+async def test_damage_in_both_files_is_a_clear_error_before_any_byte(
+    client: httpx.AsyncClient, context_dir: Path
+) -> None:
+    task_uuid = await _task_with_messages(client, 5)
+    directory = task_dir(context_dir, task_uuid)
+    _damage_line(directory / "messages.jsonl", 3)
+    _damage_line(directory / "current.jsonl", 3)
+    for fmt in FORMATS:
+        response = await client.get(f"/tasks/{task_uuid}/request", params={"format": fmt})
+        assert_error(response, 500, "corrupt_record")
+    assert_error(await client.get(f"/tasks/{task_uuid}/context"), 500, "corrupt_record")
+    assert (await client.get("/readyz")).status_code == 200
