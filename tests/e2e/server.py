@@ -61,6 +61,7 @@ class Server:
         workers: int = 1,
         env: dict[str, str] | None = None,
         file_size_limit: int | None = None,
+        obey_permissions: bool = False,
     ) -> None:
         self.context_dir = context_dir
         self.log_path = log_path
@@ -68,6 +69,8 @@ class Server:
         self.extra_env = dict(env or {})
         # RLIMIT_FSIZE for the process: a write past it fails with EFBIG, as on a full disk.
         self.file_size_limit = file_size_limit
+        # Without CAP_DAC_OVERRIDE even root obeys file modes (a read-only file stays so).
+        self.obey_permissions = obey_permissions
         self.port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
         self._family: list[psutil.Process] = []
@@ -111,6 +114,9 @@ class Server:
         env.update({"CONTEXT_DIR": str(self.context_dir), "PYTHONUNBUFFERED": "1"})
         env.update(self.extra_env)
         command = [sys.executable, "-m", "uvicorn", "app.main:app"]
+        if self.obey_permissions:
+            capabilities = "-dac_override,-dac_read_search"
+            command = ["setpriv", "--bounding-set", capabilities, "--", *command]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--no-access-log"]
         if self.workers > 1:
             command += ["--workers", str(self.workers)]
@@ -242,6 +248,7 @@ class ServerPool:
         workers: int = 1,
         env: dict[str, str] | None = None,
         file_size_limit: int | None = None,
+        obey_permissions: bool = False,
     ) -> Server:
         server = Server(
             self.context_dir,
@@ -249,6 +256,7 @@ class ServerPool:
             workers=workers,
             env=env,
             file_size_limit=file_size_limit,
+            obey_permissions=obey_permissions,
         )
         self.servers.append(server)
         server.start()

@@ -1,5 +1,5 @@
 """A full disk under a real server: writes fail with a clear 507, nothing acknowledged is lost,
-and the service works again once there is room.
+and the service works again once there is room; files that cannot be written: 503.
 
 The full disk is the process's RLIMIT_FSIZE (a write past it fails with EFBIG, as ENOSPC does
 on a full disk): a fault at the true edge of the world, no code of ours patched.
@@ -74,3 +74,50 @@ async def test_a_full_disk_refuses_writes_with_507_and_loses_nothing(
         after = await http.post(f"/tasks/{uuid}/messages", json={"role": "user", "content": "ok"})
         assert after.status_code == 201, after.text
         assert after.json()["seqs"] == [records[-1]["seq"] + 1]
+
+
+async def test_read_only_task_files_refuse_writes_with_503_and_lose_nothing(
+    servers: server.ServerPool,
+) -> None:
+    """A task directory that cannot be written (read-only modes; the server runs without the
+    capability that lets root ignore them): appends answer 503 `storage_unavailable`, with no
+    path in the answer; reads go on; once writable again nothing acknowledged is missing."""
+    srv = servers.start(obey_permissions=True)
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
+        created = await http.post("/tasks", json=task_body(system_prompt="You are a coding agent."))
+        assert created.status_code == 201, created.text
+        uuid = created.json()["uuid"]
+        for i in range(3):
+            response = await http.post(
+                f"/tasks/{uuid}/messages", json={"role": "user", "content": f"before {i}"}
+            )
+            assert response.status_code == 201, response.text
+        directory = srv.context_dir / "running" / uuid
+        files = [p for p in directory.rglob("*") if p.is_file()]
+        for path in files:
+            path.chmod(0o444)
+        directory.chmod(0o555)
+        try:
+            refused = await http.post(
+                f"/tasks/{uuid}/messages", json={"role": "user", "content": "refused"}
+            )
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == "storage_unavailable"
+            assert str(srv.context_dir) not in refused.text
+            history = await all_messages(http, uuid)
+            assert [m["content"] for m in history][1:] == [f"before {i}" for i in range(3)]
+            payload = await http.get(f"/tasks/{uuid}/request")
+            assert payload.status_code == 200, payload.text
+            assert_valid_openai_request(payload.json())
+        finally:
+            directory.chmod(0o755)
+            for path in files:
+                path.chmod(0o644)
+        after = await http.post(
+            f"/tasks/{uuid}/messages", json={"role": "user", "content": "after"}
+        )
+        assert after.status_code == 201, after.text
+        assert after.json()["seqs"] == [5]
+        history = await all_messages(http, uuid)
+        assert_seqs_contiguous(history)
+        assert [m["content"] for m in history][1:] == [*(f"before {i}" for i in range(3)), "after"]
