@@ -3,6 +3,7 @@
 import errno
 import logging
 import os
+import re
 from typing import Any
 
 import orjson
@@ -10,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import compile_path
 
 from app.errors import AppError, ErrorResponse, error_payload
 
@@ -66,8 +68,31 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _allowed_methods(request: Request) -> str:
+    """Every method the API serves at this path: Starlette's 405 names only the first matching
+    route's (OPTIONS /tasks: "POST", not "GET, POST"). The table comes from the app's own
+    OpenAPI paths, built at the first 405."""
+    table: list[tuple[re.Pattern[str], set[str]]] | None = getattr(
+        request.app.state, "allowed_methods", None
+    )
+    if table is None:
+        table = [
+            (compile_path(path)[0], {method.upper() for method in operations})
+            for path, operations in request.app.openapi()["paths"].items()
+        ]
+        request.app.state.allowed_methods = table
+    methods = set().union(*(found for pattern, found in table if pattern.match(request.url.path)))
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        headers = {"Allow": _allowed_methods(request)}
+        message = f"{request.method} is not allowed on this path"
+        return JSONResponse(error_payload("method_not_allowed", message), 405, headers=headers)
     if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
         # FastAPI's generic 400 for a body it could not decode: malformed JSON like any other.
         return JSONResponse(error_payload("invalid_json", "the body is not UTF-8 JSON"), 422)

@@ -1,5 +1,6 @@
 """Liveness, readiness, and the error shape of requests no route answers."""
 
+import uuid
 from typing import Any
 
 import httpx
@@ -49,3 +50,7 @@ async def test_wrong_method_is_405_in_error_shape(client: httpx.AsyncClient) -> 
     response = await client.delete("/tasks")
     assert response.status_code == 405
     assert_error_shape(response.json(), "method_not_allowed")
+    # Every method of the path, not only the first route's (GET and POST /tasks are two).
+    assert set(response.headers["allow"].split(", ")) == {"GET", "HEAD", "POST"}
+    response = await client.put(f"/tasks/{uuid.uuid4()}")
+    assert set(response.headers["allow"].split(", ")) == {"DELETE", "GET", "HEAD"}
