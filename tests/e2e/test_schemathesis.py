@@ -32,6 +32,7 @@ import schemathesis
 from hypothesis import strategies as st
 from requests.structures import CaseInsensitiveDict
 from schemathesis import Case
+from schemathesis.checks import CheckFunction
 from schemathesis.config import SchemathesisConfig
 from schemathesis.generation.meta import TestPhase
 from schemathesis.hooks import HookContext
@@ -299,7 +300,7 @@ def world(live: Server) -> Iterator[World]:
 #   integers and Unix times for date-times, where the schema says boolean/integer/date-time.
 # - positive_data_acceptance: rules the schema does not express are 422s (a message's fields by
 #   role, a rewind target past the history, a window with no room after max_output_tokens).
-OUT_OF_SCOPE = [negative_data_rejection, positive_data_acceptance]
+OUT_OF_SCOPE: list[CheckFunction] = [negative_data_rejection, positive_data_acceptance]
 
 
 @schema.parametrize()
