@@ -24,9 +24,11 @@ class CompactionResult(BaseModel):
 
 class RewindBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    to_seq: int = Field(ge=1, description="The message to rewind to.")
+    to_seq: int = Field(strict=True, ge=1, description="The message to rewind to.")
     include_target: bool = Field(
-        False, description="Keep the target message itself (seed 002's includeTargetMessage)."
+        False,
+        strict=True,
+        description="Keep the target message itself (seed 002's includeTargetMessage).",
     )
 
 

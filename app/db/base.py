@@ -1,9 +1,10 @@
 """Declarative base with a constraint naming convention and portable column types."""
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 from sqlalchemy import JSON, DateTime, MetaData
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -32,7 +33,17 @@ def as_utc(value: datetime) -> datetime:
         raise ValueError("the time is out of range in UTC") from exc
 
 
-UTCBound = Annotated[datetime, AfterValidator(as_utc)]  # a query parameter or filter field
+def iso_only(value: Any) -> Any:
+    """Pydantic reads a number as a Unix time; the API documents ISO 8601 date-times only."""
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMBER.fullmatch(value)):
+        raise ValueError("a date-time in ISO 8601 (2026-01-31T12:00:00Z), not a number")
+    return value
+
+
+_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
+
+# A query parameter or filter field.
+UTCBound = Annotated[datetime, BeforeValidator(iso_only), AfterValidator(as_utc)]
 
 
 def storable(value: str) -> str:

@@ -15,12 +15,15 @@ class CleanupBody(BaseModel):
     )
     older_than_days: int | None = Field(
         None,
+        strict=True,  # false or "30" must not pass for a number of days
         ge=0,
         le=MAX_DAYS,
         description="Remove tasks finished more than this many days ago; 0: every finished task. "
         "Absent: CLEANUP_DAYS (required when CLEANUP_DAYS is 0).",
     )
-    dry_run: bool = Field(False, description="Report what would be removed; change nothing.")
+    dry_run: bool = Field(
+        False, strict=True, description="Report what would be removed; change nothing."
+    )
 
 
 class CleanupReport(BaseModel):

@@ -94,14 +94,18 @@ class Usage(BaseModel):
     """The LLM call's usage, in OpenAI's names or Anthropic's or Ollama's."""
 
     model_config = ConfigDict(extra="allow")
-    prompt_tokens: int | None = Field(None, ge=0)
-    completion_tokens: int | None = Field(None, ge=0)
-    input_tokens: int | None = Field(None, ge=0, description="Anthropic's prompt_tokens")
-    cache_creation_input_tokens: int | None = Field(None, ge=0)
-    cache_read_input_tokens: int | None = Field(None, ge=0)
-    output_tokens: int | None = Field(None, ge=0)
-    prompt_eval_count: int | None = Field(None, ge=0, description="Ollama's prompt_tokens")
-    eval_count: int | None = Field(None, ge=0)
+    prompt_tokens: int | None = Field(None, strict=True, ge=0)
+    completion_tokens: int | None = Field(None, strict=True, ge=0)
+    input_tokens: int | None = Field(
+        None, strict=True, ge=0, description="Anthropic's prompt_tokens"
+    )
+    cache_creation_input_tokens: int | None = Field(None, strict=True, ge=0)
+    cache_read_input_tokens: int | None = Field(None, strict=True, ge=0)
+    output_tokens: int | None = Field(None, strict=True, ge=0)
+    prompt_eval_count: int | None = Field(
+        None, strict=True, ge=0, description="Ollama's prompt_tokens"
+    )
+    eval_count: int | None = Field(None, strict=True, ge=0)
 
 
 class MessageIn(BaseModel):

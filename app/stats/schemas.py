@@ -2,9 +2,9 @@
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.db.base import as_utc
+from app.db.base import UTCBound
 from app.tasks.schemas import TaskKey
 
 RUNNING_LIMIT = 100  # running tasks listed by default (the total is always given)
@@ -14,12 +14,12 @@ FAILURES_LIMIT = 10
 class StatsFilters(BaseModel):
     """Which tasks the figures cover; every field narrows, None leaves it open."""
 
-    since: datetime | None = Field(
+    since: UTCBound | None = Field(
         None,
         description="created_at >= since (inclusive); without a zone, UTC.",
         examples=["2026-11-01T00:00:00Z"],
     )
-    until: datetime | None = Field(
+    until: UTCBound | None = Field(
         None,
         description="created_at < until (exclusive); without a zone, UTC.",
         examples=["2026-12-01T00:00:00Z"],
@@ -28,12 +28,6 @@ class StatsFilters(BaseModel):
     owner: str | None = Field(None, description="Exact match.", examples=["notfolder"])
     repo: str | None = Field(None, description="Exact match.", examples=["coding_agent"])
     task_source: str | None = Field(None, description="Exact match.", examples=["github"])
-
-    @field_validator("since", "until")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        # The same reading as GET /tasks' created range: a bound without a zone is UTC.
-        return None if value is None else as_utc(value)
 
     @model_validator(mode="after")
     def _ordered(self) -> "StatsFilters":

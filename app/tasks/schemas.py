@@ -28,7 +28,7 @@ class FunctionDefinition(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: bool | None = Field(None, strict=True)
 
 
 class ToolDefinition(BaseModel):
@@ -83,14 +83,14 @@ class TaskCreate(BaseModel):
     user: DBText | None = Field(None, max_length=255)
     llm_provider: DBText = Field("openai", min_length=1, max_length=64)
     model: DBText = Field(min_length=1, max_length=255)
-    context_length: int | None = Field(None, ge=1024, le=100_000_000)
-    max_output_tokens: int | None = Field(None, ge=1)
+    context_length: int | None = Field(None, strict=True, ge=1024, le=100_000_000)
+    max_output_tokens: int | None = Field(None, strict=True, ge=1)
     system_prompt: str | None = Field(None, description="Becomes message seq 1.")
     tools: list[ToolDefinition] | None = None
     request_defaults: dict[str, Any] = Field(
         default_factory=dict, description="Merged into every payload (temperature, ...)."
     )
-    inherit: bool | None = None
+    inherit: bool | None = Field(None, strict=True)
     summary_backend: DBText | None = Field(
         None,
         max_length=64,
@@ -105,6 +105,7 @@ class TaskCreate(BaseModel):
     )
     pin_plan: bool = Field(
         False,
+        strict=True,
         description="Keep the latest planning entry in every payload, right after the first user "
         "message, counted in the budget: compaction never loses the current plan.",
     )

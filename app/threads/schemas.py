@@ -19,13 +19,19 @@ class ThreadCreate(BaseModel):
             ]
         },
     )
-    parent_thread_id: int = Field(0, ge=0, le=2**31 - 1, description="0: the task's root context.")
+    parent_thread_id: int = Field(
+        0, strict=True, ge=0, le=2**31 - 1, description="0: the task's root context."
+    )
     label: DBText | None = Field(None, max_length=255)
     window_ratio: float | None = Field(
         None, gt=0, lt=1, description="Share of the parent's window; STELIS_DEFAULT_WINDOW_RATIO."
     )
     max_depth: int = Field(
-        3, ge=1, le=16, description="Most levels, the root's included (capped by STELIS_MAX_DEPTH)."
+        3,
+        strict=True,
+        ge=1,
+        le=16,
+        description="Most levels, the root's included (capped by STELIS_MAX_DEPTH).",
     )
     chronicle_prompt: DBText | None = Field(None, max_length=100_000)
 
@@ -37,11 +43,14 @@ class ThreadEnd(BaseModel):
     )
     generate_chronicle: bool = Field(
         True,
+        strict=True,
         description="Summarise the thread (chronicle_prompt or the default) into its record "
         "and its parent's context; for an abort, a partial chronicle.",
     )
     cascade: bool = Field(
-        False, description="Abort the active threads under it too; without it they make a 409."
+        False,
+        strict=True,
+        description="Abort the active threads under it too; without it they make a 409.",
     )
 
 

@@ -30,7 +30,7 @@ class ToolRecordIn(BaseModel):
     result: Any = None
     status: Literal["success", "error"] = "success"
     error: str | None = None
-    duration_ms: int | None = Field(None, ge=0)
+    duration_ms: int | None = Field(None, strict=True, ge=0)
     tool_call_id: str | None = Field(None, max_length=255)
 
 
