@@ -1,6 +1,7 @@
 """Assembling the LLM request and the context overview of a task."""
 
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,7 +10,7 @@ import orjson
 from app.compaction.service import CompactionService
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
-from app.errors import Conflict, TooLarge
+from app.errors import Conflict, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import FORMATS, PayloadFormat, provider_format
 from app.payloads.assembly import Assembler, Assembly
 from app.payloads.streaming import stream_lines
@@ -50,7 +51,9 @@ class PayloadService:
             if context.task.status != "running" or _ended(context):
                 break
             assembly.snapshot.close()
-            await self.compaction.fit(task_uuid, counted_as, thread_id=thread_id)
+            # Paused, ended or aborted meanwhile: served as it is, like one found so.
+            with suppress(TaskNotWritable, ThreadNotActive):
+                await self.compaction.fit(task_uuid, counted_as, thread_id=thread_id)
             assembly = await self.assembler.open(task_uuid, thread_id, name)
         snapshot = assembly.snapshot
         try:

@@ -286,3 +286,31 @@ async def test_a_prompt_with_messages_gets_them_inline(
     assert message["content"].startswith("Sum up:\n[ASSISTANT]: turn 1 about src/mod_1.py")
     assert "\n[USER]: turn 2 about" in message["content"]
     assert message["content"].endswith("\nDone.")
+
+
+async def test_a_task_paused_while_its_payload_is_compacted_gets_413_not_409(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """GET /request found the task running and over its budget, so it condenses; the owner
+    stops the task while the summariser works. The payload is then refused as any paused
+    task's over budget is (413), not with the compaction's own refusal (409), and the
+    summary that came too late is not committed."""
+    fake_llm.set("ok", delay=1.0)
+    async with running_app(llm_settings(context_dir, fake_llm, llm_timeout_s=10)) as client:
+        uuid = await new_task(client)
+        turns = [
+            {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "w" * 1200}
+            for n in range(12)
+        ]
+        response = await client.post(f"/tasks/{uuid}/messages", json={"messages": turns})
+        assert response.status_code == 201, response.text
+        payload = asyncio.create_task(client.get(f"/tasks/{uuid}/request"))
+        await wait_for(lambda: _returns(bool(fake_llm.requests)))
+        stopped = await client.post(f"/tasks/{uuid}/stop")
+        assert stopped.status_code == 200, stopped.text
+        response = await payload
+        assert response.status_code == 413, response.text
+        assert response.json()["error"]["code"] == "context_over_budget"
+        summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+        assert summaries == []
