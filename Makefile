@@ -49,8 +49,8 @@ migrate: $(STAMP) ## create or upgrade the database in CONTEXT_DIR
 openapi: $(STAMP) ## regenerate openapi.yaml from the app
 	$(BIN)/context-service openapi > openapi.yaml
 
-bench: $(STAMP) ## run the benchmarks (writes bench/results/)
-	$(BIN)/python -m bench.payload_and_appends && $(BIN)/python -m bench.stats_queries
+bench: $(STAMP) ## run every benchmark (~12 min; writes bench/results/ and bench/README.md)
+	$(BIN)/python -m bench
 
 clean: ## remove .venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,19 +1,13 @@
-"""Benchmark: GET /stats over 100k tasks, unfiltered and with each filter.
+"""GET /stats over 100,000 tasks, unfiltered and with each filter.
 
-Rows are bulk-inserted into a temporary SQLite database built by the app's migrations, each with
-an (empty) task directory so startup reconciliation finds nothing amiss; the real app then
-answers GET /stats over httpx's ASGI transport, in this process. Prints a table and writes
-bench/results/stats_queries.json.
-
-    .venv/bin/python -m bench.stats_queries [--tasks 100000] [--runs 7]
+Rows are bulk-inserted into a SQLite database built by the app's migrations, each with an
+(empty) task directory so the start's reconciliation finds nothing amiss; the service (a real
+process) then answers GET /stats over loopback.
 """
 
-import argparse
 import asyncio
-import json
 import random
 import statistics
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -21,18 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from asgi_lifespan import LifespanManager
 from sqlalchemy import insert
 
 from app.config import Settings
 from app.db.engine import open_database
 from app.db.migrate import upgrade_to_head
 from app.db.models import Task
-from app.main import create_app
 from app.storage.layout import Layout
-from bench.machine import run_facts
+from bench.harness import Report, Service, Table
 
-RESULTS = Path(__file__).parent / "results" / "stats_queries.json"
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 DAYS = 90
 STATUS_WEIGHTS = {"running": 3, "paused": 2, "completed": 80, "failed": 15}
@@ -132,63 +123,49 @@ def cases(rows: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     }
 
 
-async def time_cases(
-    settings: Settings, named: dict[str, dict[str, str]], runs: int
-) -> list[dict[str, Any]]:
+def time_cases(url: str, named: dict[str, dict[str, str]], runs: int) -> list[dict[str, Any]]:
     results = []
-    app = create_app(settings)
-    # Startup reconciles every task directory: far beyond the default 5 s for 100k tasks.
-    async with LifespanManager(app, startup_timeout=600) as manager:
-        transport = httpx.ASGITransport(app=manager.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-            for name, params in named.items():
-                times, answer = [], None
-                for _ in range(runs + 1):  # the first run warms the page cache
-                    start = time.perf_counter()
-                    response = await client.get("/stats", params=params)
-                    times.append((time.perf_counter() - start) * 1000)
-                    response.raise_for_status()
-                    answer = response.json()
-                assert answer is not None
-                times = times[1:]
-                results.append(
-                    {
-                        "filter": name,
-                        "params": params,
-                        "tasks": answer["total_tasks"],
-                        "p50_ms": round(statistics.median(times), 1),
-                        "max_ms": round(max(times), 1),
-                    }
-                )
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for name, params in named.items():
+            times, answer = [], None
+            for _ in range(runs + 1):  # the first run warms the page cache
+                start = time.perf_counter()
+                response = client.get("/stats", params=params)
+                times.append((time.perf_counter() - start) * 1000)
+                response.raise_for_status()
+                answer = response.json()
+            assert answer is not None
+            times = times[1:]
+            results.append(
+                {
+                    "filter": name,
+                    "params": params,
+                    "tasks": answer["total_tasks"],
+                    "p50_ms": round(statistics.median(times), 1),
+                    "max_ms": round(max(times), 1),
+                }
+            )
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--tasks", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=7)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(dir=Path(__file__).parent.parent) as tmp:
-        # No periodic cleanup: the rows go back DAYS days and would be removed under the bench.
-        settings = Settings(context_dir=Path(tmp) / "contexts", cleanup_days=0, log_level="WARNING")
-        started = time.perf_counter()
-        rows = asyncio.run(populate(settings, args.tasks))
-        populate_s = round(time.perf_counter() - started, 1)
-        timings = asyncio.run(time_cases(settings, cases(rows), args.runs))
-    results = {
-        **run_facts(),
-        "tasks": args.tasks,
-        "runs": args.runs,
-        "populate_s": populate_s,
-        "stats": timings,
-    }
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"{args.tasks:,} tasks inserted in {populate_s} s; GET /stats, {args.runs} runs each")
-    print(f"{'filter':>22} {'tasks':>8} {'p50 ms':>8} {'max ms':>8}")
-    for row in timings:
-        print(f"{row['filter']:>22} {row['tasks']:>8,} {row['p50_ms']:>8} {row['max_ms']:>8}")
-    print(f"written to {RESULTS}")
-
-
-if __name__ == "__main__":
-    main()
+def run(quick: bool, scratch: Path) -> Report:
+    count, runs = (2_000, 2) if quick else (100_000, 7)
+    # No periodic cleanup: the rows go back DAYS days and would be removed under the bench.
+    settings = Settings(context_dir=scratch / "contexts", cleanup_days=0)
+    started = time.perf_counter()
+    rows = asyncio.run(populate(settings, count))
+    populate_s = time.perf_counter() - started
+    with Service(settings.context_dir, CLEANUP_DAYS="0") as service:
+        timings = time_cases(service.url, cases(rows), runs)
+        ready_s = service.ready_after_s
+    table = Table(
+        f"GET /stats over {count:,} tasks, {runs} runs each after one warm-up",
+        ["filter", "tasks matched", "p50 ms", "max ms"],
+        [[t["filter"], t["tasks"], t["p50_ms"], t["max_ms"]] for t in timings],
+        [
+            f"Rows bulk-inserted in {populate_s:.1f} s (Zipf-like users, owners and repos over "
+            f"{DAYS} days); the service then started in {ready_s:.1f} s."
+        ],
+    )
+    data = {"tasks": count, "runs": runs, "populate_s": populate_s, "ready_s": ready_s}
+    return Report([table], data | {"stats": timings})

@@ -1,0 +1,198 @@
+"""Appends: messages/s and latency with 1, 8, 32 and 128 concurrent agents, each on its own task
+and all on one task, with fsync on and off; beside them, in the same run, the limits of this
+machine: a loop of append+fsync and of append alone on the same disk, and the HTTP floor (the
+same client asking GET /healthz, which does no work).
+
+Each agent appends one ~300-byte message per request, as fast as answers come, for a fixed
+time after a warm-up. The server's and the client's CPU seconds per message show where the
+time goes: on 2 cores, the load generator (httpx, one process) takes about one of them.
+"""
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.harness import Report, Service, Table, create_task, percentile
+
+AGENTS = (1, 8, 32, 128)
+MESSAGE = "the parser test fails after the refactor of the tokenizer; trying a smaller fix " * 3
+WINDOW = 1_000_000  # no compaction during the run
+
+
+@dataclass
+class Load:
+    seconds: float
+    latencies: list[float]
+    server_cpu_s: float
+    client_cpu_s: float
+
+    @property
+    def per_s(self) -> float:
+        return len(self.latencies) / self.seconds
+
+    def row(self) -> dict[str, Any]:
+        count = len(self.latencies)
+        return {
+            "requests": count,
+            "per_s": round(self.per_s, 1),
+            "p50_ms": round(percentile(self.latencies, 50) * 1000, 2),
+            "p99_ms": round(percentile(self.latencies, 99) * 1000, 2),
+            "server_cpu_ms_per_request": round(self.server_cpu_s / count * 1000, 3),
+            "client_cpu_ms_per_request": round(self.client_cpu_s / count * 1000, 3),
+        }
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+async def drive(
+    service: Service,
+    client: httpx.AsyncClient,
+    requests: Sequence[tuple[str, str, dict[str, Any] | None]],
+    seconds: float,
+) -> Load:
+    """One agent per (method, path, body), each sending its request again and again: two
+    untimed, then timed for ``seconds`` (all agents start the timed part together)."""
+    server, me = psutil.Process(service.process.pid), psutil.Process()
+    latencies: list[float] = []
+    ready = asyncio.Barrier(len(requests) + 1)
+    stop = asyncio.Event()
+
+    async def agent(method: str, path: str, body: dict[str, Any] | None) -> None:
+        for _ in range(2):
+            (await client.request(method, path, json=body)).raise_for_status()
+        await ready.wait()
+        while not stop.is_set():
+            started = time.perf_counter()
+            response = await client.request(method, path, json=body)
+            latencies.append(time.perf_counter() - started)
+            response.raise_for_status()
+
+    agents = [asyncio.create_task(agent(*r)) for r in requests]
+    await ready.wait()
+    cpu = cpu_seconds(server), cpu_seconds(me)
+    started = time.perf_counter()
+    await asyncio.sleep(seconds)
+    stop.set()
+    await asyncio.gather(*agents)
+    elapsed = time.perf_counter() - started
+    return Load(elapsed, latencies, cpu_seconds(server) - cpu[0], cpu_seconds(me) - cpu[1])
+
+
+def raw_appends_per_s(directory: Path, *, fsync: bool, seconds: float) -> float:
+    """The disk's own limit: the same line appended with os.write (and fsync'd) in a loop."""
+    line = b'{"seq": 1, "role": "user", "content": "' + MESSAGE.encode() + b'"}\n'
+    path = directory / f"raw-{'fsync' if fsync else 'nofsync'}.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    count, started = 0, time.perf_counter()
+    try:
+        while time.perf_counter() - started < seconds:
+            for _ in range(1 if fsync else 1000):
+                os.write(fd, line)
+                if fsync:
+                    os.fsync(fd)
+            count += 1 if fsync else 1000
+    finally:
+        os.close(fd)
+        path.unlink()
+    return count / (time.perf_counter() - started)
+
+
+async def measure_service(
+    service: Service, agents: tuple[int, ...], seconds: float
+) -> list[dict[str, Any]]:
+    rows = []
+    limits = httpx.Limits(max_connections=max(agents), max_keepalive_connections=max(agents))
+    async with httpx.AsyncClient(base_url=service.url, timeout=120, limits=limits) as client:
+        for count in agents:
+            floor = await drive(service, client, [("GET", "/healthz", None)] * count, seconds)
+            rows.append({"case": "GET /healthz", "agents": count, **floor.row()})
+            for shared in (False, True):
+                with httpx.Client(base_url=service.url, timeout=60) as setup:
+                    tasks = [create_task(setup, WINDOW) for _ in range(1 if shared else count)]
+                body = {"role": "user", "content": MESSAGE}
+                appends = [
+                    ("POST", f"/tasks/{tasks[i % len(tasks)]}/messages", body) for i in range(count)
+                ]
+                load = await drive(service, client, appends, seconds)
+                rows.append(
+                    {
+                        "case": "append, one task" if shared else "append, own tasks",
+                        "agents": count,
+                        **load.row(),
+                        "of_healthz": round(load.per_s / floor.per_s, 3),
+                    }
+                )
+    return rows
+
+
+def run(quick: bool, scratch: Path) -> Report:
+    agents = (1, 8) if quick else AGENTS
+    seconds = 0.3 if quick else 2.5
+    raw = {
+        "fsync": raw_appends_per_s(scratch, fsync=True, seconds=seconds),
+        "nofsync": raw_appends_per_s(scratch, fsync=False, seconds=seconds),
+    }
+    results: dict[str, list[dict[str, Any]]] = {}
+    for mode in ("always", "never"):
+        with Service(scratch / f"fsync-{mode}" / "contexts", FSYNC=mode) as service:
+            results[mode] = asyncio.run(measure_service(service, agents, seconds))
+    return report(raw, results, seconds)
+
+
+def report(
+    raw: dict[str, float], results: dict[str, list[dict[str, Any]]], seconds: float
+) -> Report:
+    columns = [
+        "fsync",
+        "case",
+        "agents",
+        "msg/s",
+        "p50 ms",
+        "p99 ms",
+        "of raw",
+        "of healthz",
+        "server CPU ms/msg",
+        "client CPU ms/msg",
+    ]
+    table = Table("appends over HTTP (one message per request)", columns)
+    for mode, rows in results.items():
+        limit = raw["fsync" if mode == "always" else "nofsync"]
+        for row in rows:
+            of_raw = "" if row["case"] == "GET /healthz" else f"{row['per_s'] / limit:.1%}"
+            of_healthz = f"{row['of_healthz']:.0%}" if "of_healthz" in row else ""
+            table.rows.append(
+                [
+                    mode,
+                    row["case"],
+                    row["agents"],
+                    row["per_s"],
+                    row["p50_ms"],
+                    row["p99_ms"],
+                    of_raw,
+                    of_healthz,
+                    row["server_cpu_ms_per_request"],
+                    row["client_cpu_ms_per_request"],
+                ]
+            )
+    limits = Table(
+        "the machine's raw limits (same disk, same run)",
+        ["loop", "appends/s"],
+        [["os.write + os.fsync", round(raw["fsync"], 1)], ["os.write", round(raw["nofsync"], 1)]],
+    )
+    table.notes = [
+        f"Each case runs {seconds} s after a warm-up. 'of raw': msg/s over the raw loop of the",
+        "same fsync mode; 'of healthz': over GET /healthz at the same concurrency (the HTTP floor",
+        "of this client + uvicorn on this machine). Group commit lets concurrent appends to one",
+        "task share an fsync, so with fsync on they can pass the one-fsync-per-line raw loop.",
+    ]
+    return Report([limits, table], {"raw_appends_per_s": raw, "cases": results})
