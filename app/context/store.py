@@ -56,6 +56,10 @@ from app.tokens.calibration import CalibrationPolicy
 from app.tokens.counting import TokenCounting
 
 log = logging.getLogger(__name__)
+# Every append moves its head and touches its task row: Core UPDATEs on the tables, as the
+# ORM's DML path costs about a third of the commit's CPU again (bench/README.md).
+HEADS = ContextHead.metadata.tables["context_heads"]
+TASKS = Task.metadata.tables["tasks"]
 
 
 @dataclass(frozen=True)
@@ -542,11 +546,10 @@ class ContextStore:
         now = datetime.now(UTC)
         task_uuid = locked.task.uuid
         async with self.db.transaction() as session:
-            # Core statements on the connection: the ORM's DML bookkeeping costs as much again.
             connection = await session.connection()
             await connection.execute(_head_update(task_uuid, locked.thread_id, head))
             await connection.execute(
-                update(Task).where(Task.uuid == task_uuid).values(updated_at=now, **task_values)
+                update(TASKS).where(TASKS.c.uuid == task_uuid).values(updated_at=now, **task_values)
             )
             if thread_values:
                 await connection.execute(
@@ -585,8 +588,8 @@ def _create_files(directory: Path, *, fsync: bool) -> None:
 
 def _head_update(task_uuid: str, thread_id: int, head: HeadState) -> Update:
     return (
-        update(ContextHead)
-        .where(ContextHead.task_uuid == task_uuid, ContextHead.thread_id == thread_id)
+        update(HEADS)
+        .where(HEADS.c.task_uuid == task_uuid, HEADS.c.thread_id == thread_id)
         .values(**dataclasses.asdict(head))
     )
 
