@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.harness import Report, Service, Table, create_task, percentile
+from bench.harness import Report, Service, Table, cpu_seconds, create_task, percentile
 
 AGENTS = (1, 8, 32, 128)
 MESSAGE = "the parser test fails after the refactor of the tokenizer; trying a smaller fix " * 3
@@ -47,11 +47,6 @@ class Load:
             "server_cpu_ms_per_request": round(self.server_cpu_s / count * 1000, 3),
             "client_cpu_ms_per_request": round(self.client_cpu_s / count * 1000, 3),
         }
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
 
 
 async def drive(

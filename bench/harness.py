@@ -5,13 +5,11 @@ A benchmark module exposes ``run(quick: bool, scratch: Path) -> Report``; ``pyth
 runs them, prints their tables and writes ``bench/results/<name>.json``.
 """
 
-import contextlib
 import os
 import platform
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -109,30 +107,35 @@ class Service:
 
 
 class PeakRSS:
-    """The highest RSS a service's processes reach while the block runs (sampled every 2 ms
-    in a thread, so short peaks of a few ms can be missed)."""
+    """The highest RSS the service's processes reach while the block runs, from the kernel's
+    own high-water mark (VmHWM in /proc/PID/status, reset on entry by writing 5 to
+    /proc/PID/clear_refs; Linux): exact, and free. (Sampling from a thread of this process
+    missed short peaks and took a third of a core and the GIL from the load generator.)"""
 
     def __init__(self, service: Service) -> None:
-        self.service = service
+        self.pids = [p.pid for p in service.processes()]
         self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            # A worker may come or go between listing and reading.
-            with contextlib.suppress(psutil.Error):
-                self.peak = max(self.peak, self.service.rss())
-            time.sleep(0.002)
 
     def __enter__(self) -> "PeakRSS":
-        self.peak = self.service.rss()
-        self._thread.start()
+        for pid in self.pids:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        self.peak = sum(_status_kib(pid, "VmHWM") for pid in self.pids) * 1024
+
+
+def _status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    """CPU time (user + system) a process has used so far."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 def task_body(window: int, *, max_output_tokens: int = 4096, **fields: Any) -> dict[str, Any]:
