@@ -19,7 +19,16 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.harness import Report, Service, Table, cpu_seconds, create_task, percentile
+from bench.harness import (
+    Report,
+    Service,
+    Table,
+    async_http_client,
+    cpu_seconds,
+    create_task,
+    http_client,
+    percentile,
+)
 
 AGENTS = (1, 8, 32, 128)
 MESSAGE = "the parser test fails after the refactor of the tokenizer; trying a smaller fix " * 3
@@ -50,19 +59,19 @@ class Load:
 
 
 async def drive(
-    service: Service,
-    client: httpx.AsyncClient,
-    requests: Sequence[tuple[str, str, dict[str, Any] | None]],
-    seconds: float,
+    service: Service, requests: Sequence[tuple[str, str, dict[str, Any] | None]], seconds: float
 ) -> Load:
     """One agent per (method, path, body), each sending its request again and again: two
-    untimed, then timed for ``seconds`` (all agents start the timed part together)."""
+    untimed, then timed for ``seconds`` (all agents start the timed part together), over
+    connections of their own."""
     server, me = psutil.Process(service.process.pid), psutil.Process()
     latencies: list[float] = []
     ready = asyncio.Barrier(len(requests) + 1)
     stop = asyncio.Event()
 
-    async def agent(method: str, path: str, body: dict[str, Any] | None) -> None:
+    async def agent(
+        client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None
+    ) -> None:
         for _ in range(2):
             (await client.request(method, path, json=body)).raise_for_status()
         await ready.wait()
@@ -72,14 +81,15 @@ async def drive(
             latencies.append(time.perf_counter() - started)
             response.raise_for_status()
 
-    agents = [asyncio.create_task(agent(*r)) for r in requests]
-    await ready.wait()
-    cpu = cpu_seconds(server), cpu_seconds(me)
-    started = time.perf_counter()
-    await asyncio.sleep(seconds)
-    stop.set()
-    await asyncio.gather(*agents)
-    elapsed = time.perf_counter() - started
+    async with async_http_client(service, len(requests)) as client:
+        agents = [asyncio.create_task(agent(client, *r)) for r in requests]
+        await ready.wait()
+        cpu = cpu_seconds(server), cpu_seconds(me)
+        started = time.perf_counter()
+        await asyncio.sleep(seconds)
+        stop.set()
+        await asyncio.gather(*agents)
+        elapsed = time.perf_counter() - started
     return Load(elapsed, latencies, cpu_seconds(server) - cpu[0], cpu_seconds(me) - cpu[1])
 
 
@@ -106,27 +116,25 @@ async def measure_service(
     service: Service, agents: tuple[int, ...], seconds: float
 ) -> list[dict[str, Any]]:
     rows = []
-    limits = httpx.Limits(max_connections=max(agents), max_keepalive_connections=max(agents))
-    async with httpx.AsyncClient(base_url=service.url, timeout=120, limits=limits) as client:
-        for count in agents:
-            floor = await drive(service, client, [("GET", "/healthz", None)] * count, seconds)
-            rows.append({"case": "GET /healthz", "agents": count, **floor.row()})
-            for shared in (False, True):
-                with httpx.Client(base_url=service.url, timeout=60) as setup:
-                    tasks = [create_task(setup, WINDOW) for _ in range(1 if shared else count)]
-                body = {"role": "user", "content": MESSAGE}
-                appends = [
-                    ("POST", f"/tasks/{tasks[i % len(tasks)]}/messages", body) for i in range(count)
-                ]
-                load = await drive(service, client, appends, seconds)
-                rows.append(
-                    {
-                        "case": "append, one task" if shared else "append, own tasks",
-                        "agents": count,
-                        **load.row(),
-                        "of_healthz": round(load.per_s / floor.per_s, 3),
-                    }
-                )
+    for count in agents:
+        floor = await drive(service, [("GET", "/healthz", None)] * count, seconds)
+        rows.append({"case": "GET /healthz", "agents": count, **floor.row()})
+        for shared in (False, True):
+            with http_client(service) as setup:
+                tasks = [create_task(setup, WINDOW) for _ in range(1 if shared else count)]
+            body = {"role": "user", "content": MESSAGE}
+            appends = [
+                ("POST", f"/tasks/{tasks[i % len(tasks)]}/messages", body) for i in range(count)
+            ]
+            load = await drive(service, appends, seconds)
+            rows.append(
+                {
+                    "case": "append, one task" if shared else "append, own tasks",
+                    "agents": count,
+                    **load.row(),
+                    "of_healthz": round(load.per_s / floor.per_s, 3),
+                }
+            )
     return rows
 
 

@@ -47,7 +47,7 @@ from app.context.effective import position
 from app.context.files import ContextFiles, rebuild, visible_records
 from app.storage.jsonl import append_bytes, iter_lines
 from app.storage.layout import Layout
-from bench.harness import Report, Service, Table, create_task
+from bench.harness import Report, Service, Table, create_task, http_client
 
 SIZES = (100, 1_000, 5_000)
 QUICK_SIZES = (20, 60)
@@ -350,7 +350,7 @@ def measure(
 
 
 def _client(service: Service) -> httpx.Client:
-    return httpx.Client(base_url=service.url, timeout=120)
+    return http_client(service)
 
 
 # --- in this process, on the files ---------------------------------------------------------

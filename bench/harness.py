@@ -138,6 +138,28 @@ def cpu_seconds(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+# Idle connections are dropped after 2 s, before uvicorn's keep-alive (5 s) ends them: a
+# connection reused just as the server closes it fails the request (httpx.ReadError).
+KEEPALIVE_S = 2.0
+
+
+def http_client(service: Service, timeout: float = 120) -> httpx.Client:
+    limits = httpx.Limits(keepalive_expiry=KEEPALIVE_S)
+    return httpx.Client(base_url=service.url, timeout=timeout, limits=limits)
+
+
+def async_http_client(
+    service: Service, connections: int, timeout: float = 120
+) -> httpx.AsyncClient:
+    """A client for ``connections`` concurrent agents."""
+    limits = httpx.Limits(
+        max_connections=connections,
+        max_keepalive_connections=connections,
+        keepalive_expiry=KEEPALIVE_S,
+    )
+    return httpx.AsyncClient(base_url=service.url, timeout=timeout, limits=limits)
+
+
 def task_body(window: int, *, max_output_tokens: int = 4096, **fields: Any) -> dict[str, Any]:
     return {
         "task_key": {

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from app.formats import FORMATS
-from bench.harness import PeakRSS, Report, Service, Table, create_task, mib
+from bench.harness import PeakRSS, Report, Service, Table, create_task, http_client, mib
 
 SIZES = (10_000, 1_000_000, 10_000_000, 100_000_000)
 MESSAGE_BYTES = 256 * 1024
@@ -97,7 +97,7 @@ def run(quick: bool, scratch: Path) -> Report:
     context_dir = scratch / "contexts"
     bare = peak_rss_of(BARE)
     rows: list[dict[str, Any]] = []
-    with Service(context_dir) as service, httpx.Client(base_url=service.url, timeout=600) as client:
+    with Service(context_dir) as service, http_client(service, 600) as client:
         for size in sizes:
             task_uuid = create_task(client, MAX_WINDOW, max_output_tokens=4096)
             fill(client, task_uuid, size)

@@ -35,6 +35,7 @@ from bench.harness import (
     Report,
     Service,
     Table,
+    async_http_client,
     cpu_seconds,
     mib,
     percentile,
@@ -225,9 +226,8 @@ async def outcome(client: httpx.AsyncClient, uuids: list[str]) -> dict[str, Any]
 
 async def replay(service: Service, corpus: list[Trajectory], window: int) -> dict[str, Any]:
     tally = Tally()
-    limits = httpx.Limits(max_connections=len(corpus) + 8, max_keepalive_connections=len(corpus))
     server, me = psutil.Process(service.process.pid), psutil.Process()
-    async with httpx.AsyncClient(base_url=service.url, timeout=300, limits=limits) as client:
+    async with async_http_client(service, len(corpus) + 8, 300) as client:
         cpu = cpu_seconds(server), cpu_seconds(me)
         started = time.perf_counter()
         await asyncio.gather(*(agent(client, t, window, tally) for t in corpus))

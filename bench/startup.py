@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.harness import Report, Service, Table, cpu_seconds, mib, task_body
+from bench.harness import Report, Service, Table, cpu_seconds, http_client, mib, task_body
 
 IN_FLIGHT = 32  # concurrent agents creating tasks
 # Share of tasks ending in each status, in hundredths (stats_queries uses the same mix).
@@ -152,7 +152,7 @@ def jobs_pending(client: httpx.Client) -> bool:
 def settle(service: Service) -> float:
     """Wait until the final-summary jobs are done; returns how long that took."""
     started = time.perf_counter()
-    with httpx.Client(base_url=service.url, timeout=30) as client:
+    with http_client(service, 30) as client:
         while jobs_pending(client):
             time.sleep(0.2)
     return time.perf_counter() - started

@@ -44,7 +44,17 @@ from app.messages.schemas import MessageIn
 from app.tokens.costs import TokenCosts
 from app.tokens.counters import HeuristicCounter, TextCounter, TiktokenCounter
 from app.tokens.encodings import build_encoding, bundled_rank_file
-from bench.harness import REPO, Report, Service, Table, cpu_seconds, percentile, task_body
+from bench.harness import (
+    REPO,
+    Report,
+    Service,
+    Table,
+    async_http_client,
+    cpu_seconds,
+    http_client,
+    percentile,
+    task_body,
+)
 
 CORPUS = REPO.parent / "shared" / "corpus" / "trajectories"
 EXACT = "o200k_base"
@@ -241,7 +251,7 @@ class AppendRun:
 
 
 def create_tasks(service: Service, count: int) -> list[str]:
-    with httpx.Client(base_url=service.url, timeout=60) as client:
+    with http_client(service) as client:
         uuids = []
         for _ in range(count):
             response = client.post("/tasks", json=task_body(WINDOW))
@@ -251,7 +261,7 @@ def create_tasks(service: Service, count: int) -> list[str]:
 
 
 def compactions(service: Service, uuids: Sequence[str]) -> int:
-    with httpx.Client(base_url=service.url, timeout=60) as client:
+    with http_client(service) as client:
         total = 0
         for task_uuid in uuids:
             response = client.get(f"/tasks/{task_uuid}")
@@ -266,7 +276,6 @@ async def append_all(
     """Each share's pieces appended by one agent, one message per request: (wall seconds,
     latencies, server CPU seconds)."""
     latencies: list[float] = []
-    limits = httpx.Limits(max_connections=len(shares), max_keepalive_connections=len(shares))
     server = psutil.Process(service.process.pid)
 
     async def agent(client: httpx.AsyncClient, share: Sequence[tuple[str, Piece]]) -> None:
@@ -277,7 +286,7 @@ async def append_all(
                 latencies.append(time.perf_counter() - started)
                 response.raise_for_status()
 
-    async with httpx.AsyncClient(base_url=service.url, timeout=120, limits=limits) as client:
+    async with async_http_client(service, len(shares)) as client:
         cpu = cpu_seconds(server)
         started = time.perf_counter()
         await asyncio.gather(*(agent(client, share) for share in shares))
