@@ -15,7 +15,9 @@ RUN pip install . \
     && mkdir -p /data && chown context:context /data
 
 USER context
-ENV CONTEXT_DIR=/data HOST=0.0.0.0 PORT=8080
+# Two malloc arenas, not one per thread: the I/O threads' arenas otherwise keep ~100 MiB more
+# RSS after a busy spell (bench/README.md, the replay benchmark).
+ENV CONTEXT_DIR=/data HOST=0.0.0.0 PORT=8080 MALLOC_ARENA_MAX=2
 VOLUME ["/data"]
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=3s \

@@ -171,7 +171,7 @@ def report(
     for mode, rows in results.items():
         limit = raw["fsync" if mode == "always" else "nofsync"]
         for row in rows:
-            of_raw = "" if row["case"] == "GET /healthz" else f"{row['per_s'] / limit:.1%}"
+            of_raw = "" if row["case"] == "GET /healthz" else f"{row['per_s'] / limit:.2%}"
             of_healthz = f"{row['of_healthz']:.0%}" if "of_healthz" in row else ""
             table.rows.append(
                 [

@@ -334,7 +334,7 @@ def measure(
     layout = Layout(context_dir)
     llm_env = {"LLM_BACKEND": "openai", "LLM_BASE_URL": fake.base_url, "LLM_MODEL": "fake"}
     with (
-        Service(context_dir, workers=1, **SERVICE_ENV, **llm_env) as service,
+        Service(context_dir, **SERVICE_ENV, **llm_env) as service,
         _client(service) as client,
     ):
         cases = prepare(client, sizes, repeats)

@@ -37,7 +37,7 @@ class Service:
     loopback port, CONTEXT_DIR ``context_dir`` with its SQLite database, settings from ``env``
     (upper-case names). Its log goes to a file beside ``context_dir``."""
 
-    def __init__(self, context_dir: Path, *, workers: int = 1, **env: str) -> None:
+    def __init__(self, context_dir: Path, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = context_dir.parent / f"service-{self.port}.log"
@@ -50,7 +50,6 @@ class Service:
                 [
                     *(str(Path(sys.executable).parent / "context-service"), "serve"),
                     *("--host", "127.0.0.1", "--port", str(self.port)),
-                    *("--workers", str(workers)),
                 ],
                 cwd=REPO,
                 env=environment,
@@ -81,7 +80,7 @@ class Service:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def processes(self) -> list[psutil.Process]:
-        """The server and its workers (uvicorn --workers forks them)."""
+        """The server and any processes it started."""
         root = psutil.Process(self.process.pid)
         return [root, *root.children(recursive=True)]
 

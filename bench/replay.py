@@ -270,18 +270,28 @@ def milliseconds(seconds: list[float]) -> dict[str, float]:
     }
 
 
-def replay_window(scratch: Path, corpus: list[Trajectory], window: int) -> dict[str, Any]:
-    with Service(scratch / f"window-{window}" / "contexts", FSYNC="always") as service:
+def replay_window(
+    scratch: Path, corpus: list[Trajectory], window: int, **env: str
+) -> dict[str, Any]:
+    name = "-".join([f"window-{window}", *env])
+    with Service(scratch / name / "contexts", FSYNC="always", **env) as service:
         rss_start = service.rss()
         with PeakRSS(service) as peak:
             result = asyncio.run(replay(service, corpus, window))
-        return result | {"rss_start_mib": mib(rss_start), "peak_rss_mib": mib(peak.peak)}
+    return result | {
+        "env": " ".join(f"{k}={v}" for k, v in env.items()),
+        "rss_start_mib": mib(rss_start),
+        "peak_rss_mib": mib(peak.peak),
+    }
 
 
 def run(quick: bool, scratch: Path) -> Report:
     corpus = load_corpus(quick)
     windows = WINDOWS[:1] if quick else WINDOWS
     results = [replay_window(scratch, corpus, w) for w in windows]
+    # Most of the RSS a replay adds is glibc's per-thread malloc arenas (I/O threads, SQLite's):
+    # the same replay with two arenas, as the Dockerfile sets.
+    results.append(replay_window(scratch, corpus, windows[0], MALLOC_ARENA_MAX="2"))
     return report(corpus, results)
 
 
@@ -291,6 +301,7 @@ def describe(counts: dict[str, int]) -> str:
 
 COLUMNS = [
     "window",
+    "service env",
     "agents",
     "messages",
     "payloads",
@@ -315,6 +326,7 @@ def row(r: dict[str, Any]) -> list[Any]:
         refusals["over budget"] = r["over_budget"]
     return [
         r["window"],
+        r["env"] or "defaults",
         r["agents"],
         r["messages"],
         r["payloads"],
@@ -359,8 +371,8 @@ def notes(corpus: list[Trajectory], results: list[dict[str, Any]]) -> list[str]:
         "Peak RSS is the kernel's high-water mark over the replay (VmHWM, reset at its start): it "
         "should barely move with the window, since payloads stream from current.jsonl; its rise "
         "over the RSS at start, far above the corpus size, is mostly what glibc's per-thread "
-        "malloc arenas keep after large messages (MALLOC_ARENA_MAX=2 removed most of it in a "
-        "test run).",
+        "malloc arenas keep after large messages: the last row is the first replayed again with "
+        "MALLOC_ARENA_MAX=2 (two arenas, as the Dockerfile sets).",
         "Refusals count every answer other than 201 (create, append) or 200 (request, complete), "
         "and payloads over their budget; background jobs (condenses, final summaries) are waited "
         "for after the wall time, so the counts are complete.",
