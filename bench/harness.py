@@ -194,6 +194,11 @@ def mib(size: float) -> float:
     return round(size / 2**20, 1)
 
 
+def size_label(size: int) -> str:
+    """A byte count for a table: "10 KB", "1.0 MB", "95.4 MB" (powers of 1,000)."""
+    return f"{size / 1e3:,.0f} KB" if size < 1e6 else f"{size / 1e6:,.1f} MB"
+
+
 @dataclass
 class Table:
     """What a benchmark prints, and what bench/README.md shows."""

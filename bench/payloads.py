@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from app.formats import FORMATS
-from bench.harness import PeakRSS, Report, Service, Table, create_task, http_client, mib
+from bench.harness import PeakRSS, Report, Service, Table, create_task, http_client, mib, size_label
 
 SIZES = (10_000, 1_000_000, 10_000_000, 100_000_000)
 MESSAGE_BYTES = 256 * 1024
@@ -122,8 +122,8 @@ def report(rows: list[dict[str, Any]]) -> Report:
         "GET /request: latency, throughput and server memory by context size",
         [
             "format",
-            "context MiB",
-            "payload MiB",
+            "context",
+            "payload",
             "ms",
             "first byte ms",
             "MB/s",
@@ -142,8 +142,8 @@ def report(rows: list[dict[str, Any]]) -> Report:
         table.rows.append(
             [
                 row["format"],
-                mib(row["context_bytes"]),
-                mib(row["payload_bytes"]),
+                size_label(row["context_bytes"]),
+                size_label(row["payload_bytes"]),
                 round(row["seconds"] * 1000, 1),
                 round(row["first_byte_s"] * 1000, 1),
                 round(mb_s, 1),

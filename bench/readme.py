@@ -24,7 +24,7 @@ def render(results: Path, names: tuple[str, ...]) -> str:
             f"{machine['memory_gib']} GiB, Python {machine['python']}, {machine['platform']}_\n"
         )
         parts += [Table(**table).markdown() for table in document["tables"]]
-    return "\n".join(parts)
+    return "\n\n".join(parts)
 
 
 def update(results: Path, names: tuple[str, ...]) -> None:
