@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
+from tests.lifespan import lifespan_of
 from tests.postgres import PostgresDatabases
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,18 +93,23 @@ def settings(context_dir: Path) -> Settings:
 @asynccontextmanager
 async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The real app with these settings (lifespan included), and a client for it."""
-    application = create_app(settings)
-    async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60) as manager:
-        transport = httpx.ASGITransport(app=manager.app)
+    async with serving(create_app(settings)) as client:
+        yield client
+
+
+@asynccontextmanager
+async def serving(application: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of this app, its lifespan run around it."""
+    async with lifespan_of(application) as started:
+        transport = httpx.ASGITransport(app=started)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             yield client
 
 
 @pytest.fixture
 async def app(settings: Settings) -> AsyncIterator[FastAPI]:
-    application = create_app(settings)
-    async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60) as manager:
-        yield manager.app  # type: ignore[misc]
+    async with lifespan_of(create_app(settings)) as started:
+        yield started  # type: ignore[misc]
 
 
 @pytest.fixture

@@ -11,11 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
-from app.main import create_app
 from tests.api.helpers import assert_error, read_jsonl, task_dir
 from tests.conftest import running_app, task_body
 from tests.support_schemas import assert_tool_pairing
@@ -767,12 +765,7 @@ async def test_current_is_rebuilt_byte_identical_after_compactions_and_rewinds(
     assert [json.loads(line) for line in live.splitlines()] == body["messages"]
 
     current.unlink()
-    async with (
-        LifespanManager(create_app(settings), startup_timeout=60, shutdown_timeout=60) as manager,
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=manager.app), base_url="http://test"
-        ) as restarted,
-    ):
+    async with running_app(settings) as restarted:
         rebuilt_body, rebuilt_tokens, _ = await payload(restarted, uuid)
         assert (await statistics(restarted, uuid))["context"] == view
         # The rebuilt head holds the same totals in every format (SPEC §3.2, §3.3).

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from asgi_lifespan import LifespanManager
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -32,10 +31,9 @@ from app.config import Settings
 from app.context.effective import COMPACTION_KINDS
 from app.context.files import ContextFiles, CurrentRender
 from app.context.records import openai_message
-from app.main import create_app
 from tests.api.helpers import task_dir
 from tests.compaction.test_effective import reference_context
-from tests.conftest import task_body
+from tests.conftest import running_app, task_body
 from tests.support_schemas import assert_tool_pairing
 
 Step = tuple[Any, ...]
@@ -204,27 +202,24 @@ async def scenario(context_length: int, plan: list[Step]) -> Run:
         config = Settings(
             context_dir=context_dir, fsync="never", job_backoff_s=0, job_max_attempts=1
         )
-        application = create_app(config)
-        async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60) as manager:
-            transport = httpx.ASGITransport(app=manager.app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-                run = Run(client=client, context_dir=context_dir)
-                body = task_body(
-                    system_prompt="You are a coding agent.",
-                    context_length=context_length,
-                    max_output_tokens=context_length // 8,
-                )
-                response = await client.post("/tasks", json=body)
-                assert response.status_code == 201, response.text
-                run.uuid = response.json()["uuid"]
-                run.message_seqs = [1]
-                await post(run, [{"role": "user", "content": "Make the test suite pass."}])
+        async with running_app(config) as client:
+            run = Run(client=client, context_dir=context_dir)
+            body = task_body(
+                system_prompt="You are a coding agent.",
+                context_length=context_length,
+                max_output_tokens=context_length // 8,
+            )
+            response = await client.post("/tasks", json=body)
+            assert response.status_code == 201, response.text
+            run.uuid = response.json()["uuid"]
+            run.message_seqs = [1]
+            await post(run, [{"role": "user", "content": "Make the test suite pass."}])
+            await check_files(run)
+            for step in plan:
+                await play(step, run)
                 await check_files(run)
-                for step in plan:
-                    await play(step, run)
-                    await check_files(run)
-                await request(run)
-                await check_files(run)
+            await request(run)
+            await check_files(run)
         return run
 
 

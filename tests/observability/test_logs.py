@@ -12,12 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from pydantic import SecretStr
 
 from app.config import Settings
 from app.main import create_app
 from app.observability.logs import ServiceHandler, configure_logging, task_context
+from tests.conftest import serving
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
 from tests.observability.support import new_task, turns
@@ -43,10 +43,8 @@ async def logged_service(
     handler = next(h for h in logging.getLogger().handlers if isinstance(h, ServiceHandler))
     output = io.StringIO()
     handler.setStream(output)
-    async with LifespanManager(application, startup_timeout=60, shutdown_timeout=60) as manager:
-        transport = httpx.ASGITransport(app=manager.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            yield client, output
+    async with serving(application) as client:
+        yield client, output
 
 
 def _without_aiosqlite(counts: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:

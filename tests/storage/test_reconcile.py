@@ -15,12 +15,10 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
 from app.config import Settings
-from app.main import create_app
 from app.storage.layout import LOCATIONS
-from tests.conftest import snapshot_dir, task_body
+from tests.conftest import running_app, snapshot_dir, task_body
 from tests.database import run_sql
 from tests.storage.support import get_json, post_json
 
@@ -28,11 +26,8 @@ from tests.storage.support import get_json, post_json
 @asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """Start a fresh app (migrations + reconciliation) and yield a client for it."""
-    application = create_app(settings)
-    async with LifespanManager(application, startup_timeout=60) as manager:
-        transport = httpx.ASGITransport(app=manager.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            yield client
+    async with running_app(settings) as client:
+        yield client
 
 
 async def _create(client: httpx.AsyncClient, **overrides: Any) -> str:
