@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[Job], Awaitable[dict[str, Any]]]
 
+# How long shutdown waits for cancelled jobs to unwind.
+STOP_GRACE_S = 10.0
+
 
 class JobRunner:
     def __init__(
@@ -46,13 +49,23 @@ class JobRunner:
     async def start(self) -> None:
         self._loop = asyncio.create_task(self._run_forever())
 
-    async def stop(self) -> None:
-        tasks = [t for t in (self._loop, *self._running) if t is not None]
+    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Cancel the claim loop and the running jobs, and wait up to ``grace_s`` for them to
+        end. A job that does not end by then is left behind, so that shutdown never hangs on
+        it: its lease runs out and another worker runs it again."""
+        tasks = {t for t in (self._loop, *self._running) if t is not None}
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with suppress(asyncio.CancelledError):
-                await task
+        if not tasks:
+            return
+        _, stuck = await asyncio.wait(tasks, timeout=grace_s)
+        if stuck:
+            log.error(
+                "%d job task(s) still running %g s after their cancellation; left behind: %s",
+                len(stuck),
+                grace_s,
+                ", ".join(sorted(task.get_name() for task in stuck)),
+            )
 
     async def _run_forever(self) -> None:
         while True:
@@ -68,7 +81,7 @@ class JobRunner:
                     await asyncio.wait_for(self._wake.wait(), self.poll_s)
                 self._wake.clear()
                 continue
-            task = asyncio.create_task(self._run(job))
+            task = asyncio.create_task(self._run(job), name=f"job {job.id} ({job.kind})")
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 

@@ -1,0 +1,84 @@
+"""Stopping the job runner: running jobs are cancelled, and one that will not end in time is
+left behind (its lease brings it back) rather than holding up the shutdown."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.db.engine import open_database
+from app.db.models import Job
+from app.jobs.queue import JobQueue
+from app.jobs.runner import Handler, JobRunner
+from tests.jobs.test_leases import task_and_db as task_and_db
+
+
+@pytest.fixture
+async def queue(task_and_db: tuple[str, str]) -> AsyncIterator[tuple[JobQueue, str]]:
+    task_uuid, url = task_and_db
+    db = open_database(url)
+    try:
+        yield JobQueue(db, max_attempts=3, lease_s=30), task_uuid
+    finally:
+        await db.dispose()
+
+
+async def run_until_started(
+    queue: JobQueue, task_uuid: str, handler: Handler, started: asyncio.Event
+) -> tuple[JobRunner, Job]:
+    runner = JobRunner(queue, {"condense": handler}, poll_s=3600, backoff_s=0, concurrency=1)
+    job = await queue.enqueue_once(task_uuid, "condense")
+    await runner.start()
+    await asyncio.wait_for(started.wait(), 30)
+    return runner, job
+
+
+async def test_a_running_job_is_cancelled(queue: tuple[JobQueue, str]) -> None:
+    jobs, task_uuid = queue
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handler(job: Job) -> dict[str, object]:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return {}
+
+    runner, job = await run_until_started(jobs, task_uuid, handler, started)
+    await runner.stop()
+    assert cancelled.is_set()
+    [row] = await jobs.list(task_uuid=task_uuid, status=None, limit=10)
+    # Not finished by the stopping worker: its lease brings it back to another one.
+    assert (row.id, row.status, row.attempts) == (job.id, "running", 1)
+
+
+async def test_a_job_that_ignores_its_cancellation_does_not_hold_up_the_stop(
+    queue: tuple[JobQueue, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    jobs, task_uuid = queue
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def stubborn(job: Job) -> dict[str, object]:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await release.wait()  # swallows the cancellation until the test lets it go
+        return {}
+
+    runner, job = await run_until_started(jobs, task_uuid, stubborn, started)
+    began = time.monotonic()
+    await runner.stop(grace_s=0.3)
+    assert time.monotonic() - began < 20  # not stuck: the grace, give or take a busy machine
+    assert "1 job task(s) still running 0.3 s after their cancellation" in caplog.text
+    assert f"job {job.id} (condense)" in caplog.text
+    release.set()  # the task left behind goes on to its end
+    for _ in range(100):
+        [row] = await jobs.list(task_uuid=task_uuid, status=None, limit=10)
+        if row.status != "running":
+            break
+        await asyncio.sleep(0.1)
+    assert row.status == "succeeded"
