@@ -9,7 +9,6 @@ The module runs with small size limits so the 413 cases stay cheap: MAX_BODY_BYT
 MAX_MESSAGE_BYTES 16 KiB, MAX_BATCH_MESSAGES 10.
 """
 
-import asyncio
 import uuid as uuid_module
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from fastapi import FastAPI
 from app.config import Settings
 from tests.asgi_raw import raw
 from tests.conftest import snapshot_dir, task_body
+from tests.lifecycle.support import settled_jobs
 
 KiB = 1024
 MAX_BODY = 64 * KiB
@@ -76,20 +76,10 @@ async def task_uuids(client: Client) -> list[str]:
     return [t["uuid"] for t in response.json()["tasks"]]
 
 
-async def settled(client: Client, uuid: str) -> None:
-    """Wait (bounded) until the task's background jobs (a final summary...) have run."""
-    for _ in range(300):
-        response = await client.get("/jobs", params={"task_uuid": uuid})
-        if all(job["status"] not in ("queued", "running") for job in response.json()["jobs"]):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("background jobs did not settle")
-
-
 async def state(client: Client, context_dir: Path, uuid: str | None = None) -> dict[str, Any]:
     """Everything a bad request must leave alone (once the task's background work is done)."""
     if uuid is not None:
-        await settled(client, uuid)
+        await settled_jobs(client, uuid, at_least_one=False)  # a final summary...
     snapshot: dict[str, Any] = {
         "files": snapshot_dir(context_dir),
         "dirs": directories(context_dir),

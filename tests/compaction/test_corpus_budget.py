@@ -10,7 +10,6 @@ openai SDK, with tool pairing intact; every compaction recorded in /summaries ma
 smaller; and the number of compactions stays bounded (no compaction loop).
 """
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from app.config import Settings
 from tests.api.helpers import windowed_task
 from tests.conftest import CORPUS
+from tests.lifecycle.support import settled_jobs
 from tests.support_schemas import assert_tool_pairing, validate_openai_request
 
 LONGEST = [p.name for p in sorted(CORPUS.glob("*.jsonl"), key=lambda p: -p.stat().st_size)[:6]]
@@ -55,16 +55,6 @@ async def all_summaries(client: httpx.AsyncClient, uuid: str) -> list[dict[str, 
         after = page["next_after_id"]
 
 
-async def jobs_settled(client: httpx.AsyncClient, uuid: str) -> None:
-    for _ in range(200):
-        response = await client.get("/jobs", params={"task_uuid": uuid})
-        assert response.status_code == 200, response.text
-        if all(job["status"] not in ("queued", "running") for job in response.json()["jobs"]):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the task's jobs did not settle")
-
-
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 @pytest.mark.parametrize("name", LONGEST)
 async def test_corpus_replay_stays_within_budget(
@@ -89,7 +79,8 @@ async def test_corpus_replay_stays_within_budget(
         validate_openai_request(payload)
         assert_tool_pairing(payload["messages"])
 
-    await jobs_settled(client, uuid)  # a condense the last batch scheduled may still run
+    # A condense the last batch scheduled may still run.
+    await settled_jobs(client, uuid, at_least_one=False)
     task = (await client.get(f"/tasks/{uuid}")).json()
     summaries = await all_summaries(client, uuid)
     count = task["statistics"]["compression_count"]

@@ -34,13 +34,12 @@ from app.context.records import openai_message
 from tests.api.helpers import task_dir
 from tests.compaction.test_effective import reference_context
 from tests.conftest import running_app, task_body
+from tests.lifecycle.support import settled_jobs
 from tests.support_schemas import assert_tool_pairing
 
 Step = tuple[Any, ...]
 
 WORDS = "alpha beta gamma delta src/app/main.py error: failed tests pass refactor the module "
-ACTIVE_JOBS = {"queued", "running"}
-SETTLE_POLLS = 2000  # 0.01 s apart: a background condense of the extractive kind is far quicker
 
 
 def text(size: int, tag: str) -> str:
@@ -127,20 +126,9 @@ async def request(run: Run) -> None:
     run.requests += 1
 
 
-async def settle(run: Run) -> None:
-    """Wait until no background job of the task is queued or running."""
-    for _ in range(SETTLE_POLLS):
-        response = await run.client.get("/jobs", params={"task_uuid": run.uuid})
-        assert response.status_code == 200, response.text
-        if not ACTIVE_JOBS & {job["status"] for job in response.json()["jobs"]}:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("background jobs did not finish")
-
-
 async def check_files(run: Run) -> None:
     """messages.jsonl grew by appending only; current.jsonl is what messages.jsonl implies."""
-    await settle(run)
+    await settled_jobs(run.client, run.uuid, at_least_one=False)
     directory = run.directory
     written = (directory / "messages.jsonl").read_bytes()
     assert written.startswith(run.messages_bytes)

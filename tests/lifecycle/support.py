@@ -13,7 +13,7 @@ from tests.api.helpers import create_task
 from tests.conftest import running_app as running_app
 from tests.fakes.llm_server import FakeLLM
 
-WAIT_S = 15.0
+WAIT_S = 60.0  # a bound for failing tests, not a pace: waits end when their condition holds
 
 
 def fast_settings(context_dir: Path, **extra: Any) -> Settings:
@@ -66,18 +66,26 @@ async def until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.05)
 
 
-async def jobs_of(client: httpx.AsyncClient, uuid: str, kind: str) -> list[dict[str, Any]]:
-    response = await client.get("/jobs", params={"task_uuid": uuid})
+async def jobs_of(
+    client: httpx.AsyncClient, uuid: str, kind: str | None = None
+) -> list[dict[str, Any]]:
+    """The task's jobs (of ``kind``), newest first."""
+    response = await client.get("/jobs", params={"task_uuid": uuid, "limit": 1000})
     assert response.status_code == 200, response.text
-    return [job for job in response.json()["jobs"] if job["kind"] == kind]
+    return [job for job in response.json()["jobs"] if kind is None or job["kind"] == kind]
 
 
-async def settled_jobs(client: httpx.AsyncClient, uuid: str, kind: str) -> list[dict[str, Any]]:
-    """The task's jobs of ``kind`` once none is queued or running."""
+async def settled_jobs(
+    client: httpx.AsyncClient, uuid: str, kind: str | None = None, *, at_least_one: bool = True
+) -> list[dict[str, Any]]:
+    """The task's jobs (of ``kind``) once none is queued or running, and (``at_least_one``)
+    once there is one."""
     deadline = time.monotonic() + WAIT_S
     while True:
         jobs = await jobs_of(client, uuid, kind)
-        if jobs and all(job["status"] not in ("queued", "running") for job in jobs):
+        if (jobs or not at_least_one) and all(
+            job["status"] not in ("queued", "running") for job in jobs
+        ):
             return jobs
         assert time.monotonic() < deadline, jobs
         await asyncio.sleep(0.05)

@@ -1,6 +1,5 @@
 """Structured logs: JSON lines with the task uuid, in requests and in jobs; no secrets."""
 
-import asyncio
 import io
 import json
 import logging
@@ -20,6 +19,7 @@ from app.observability.logs import ServiceHandler, configure_logging, task_conte
 from tests.conftest import serving
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
+from tests.lifecycle.support import settled_jobs
 from tests.observability.support import new_task, turns
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
@@ -57,17 +57,6 @@ def json_lines(output: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]  # every line is one JSON object
 
 
-async def finished_jobs(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:
-    for _ in range(200):
-        jobs: list[dict[str, Any]] = (await client.get("/jobs", params={"task_uuid": uuid})).json()[
-            "jobs"
-        ]
-        if jobs and all(j["status"] not in ("queued", "running") for j in jobs):
-            return jobs
-        await asyncio.sleep(0.05)
-    raise AssertionError("the jobs did not finish")
-
-
 async def test_json_lines_carry_the_task_uuid_in_requests_and_jobs(context_dir: Path) -> None:
     settings = Settings(
         context_dir=context_dir,
@@ -83,7 +72,7 @@ async def test_json_lines_carry_the_task_uuid_in_requests_and_jobs(context_dir: 
         for message in turns(12, size=1200):
             response = await client.post(f"/tasks/{uuid}/messages", json=message)
             assert response.status_code == 201, response.text
-        jobs = await finished_jobs(client, uuid)
+        jobs = await settled_jobs(client, uuid)
         assert {j["kind"] for j in jobs} == {"condense"}
         truncated = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "truncate"})
         assert truncated.json()["kind"] == "truncation"
