@@ -3,7 +3,7 @@ left behind (its lease brings it back) rather than holding up the shutdown."""
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -24,9 +24,26 @@ async def queue(task_and_db: tuple[str, str]) -> AsyncIterator[tuple[JobQueue, s
         await db.dispose()
 
 
+def long_job(started: asyncio.Event, when_cancelled: Callable[[], Awaitable[object]]) -> Handler:
+    """A job handler that runs until it is cancelled, and then awaits ``when_cancelled``
+    (which re-raises the cancellation, or swallows it)."""
+
+    async def handler(job: Job) -> dict[str, object]:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await when_cancelled()
+        return {}
+
+    return handler
+
+
 async def run_until_started(
-    queue: JobQueue, task_uuid: str, handler: Handler, started: asyncio.Event
+    queue: JobQueue, task_uuid: str, when_cancelled: Callable[[], Awaitable[object]]
 ) -> tuple[JobRunner, Job]:
+    started = asyncio.Event()
+    handler = long_job(started, when_cancelled)
     runner = JobRunner(queue, {"condense": handler}, poll_s=3600, backoff_s=0, concurrency=1)
     job = await queue.enqueue_once(task_uuid, "condense")
     await runner.start()
@@ -36,18 +53,13 @@ async def run_until_started(
 
 async def test_a_running_job_is_cancelled(queue: tuple[JobQueue, str]) -> None:
     jobs, task_uuid = queue
-    started, cancelled = asyncio.Event(), asyncio.Event()
+    cancelled = asyncio.Event()
 
-    async def handler(job: Job) -> dict[str, object]:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return {}
+    async def reraise() -> None:
+        cancelled.set()
+        raise asyncio.CancelledError
 
-    runner, job = await run_until_started(jobs, task_uuid, handler, started)
+    runner, job = await run_until_started(jobs, task_uuid, reraise)
     await runner.stop()
     assert cancelled.is_set()
     [row] = await jobs.list(task_uuid=task_uuid, status=None, limit=10)
@@ -59,26 +71,20 @@ async def test_a_job_that_ignores_its_cancellation_does_not_hold_up_the_stop(
     queue: tuple[JobQueue, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     jobs, task_uuid = queue
-    started, release = asyncio.Event(), asyncio.Event()
-
-    async def stubborn(job: Job) -> dict[str, object]:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            await release.wait()  # swallows the cancellation until the test lets it go
-        return {}
-
-    runner, job = await run_until_started(jobs, task_uuid, stubborn, started)
+    release = asyncio.Event()
+    # Swallows the cancellation until the test lets it go.
+    runner, job = await run_until_started(jobs, task_uuid, release.wait)
     began = time.monotonic()
     await runner.stop(grace_s=0.3)
     assert time.monotonic() - began < 20  # not stuck: the grace, give or take a busy machine
     assert "1 job task(s) still running 0.3 s after their cancellation" in caplog.text
     assert f"job {job.id} (condense)" in caplog.text
     release.set()  # the task left behind goes on to its end
-    for _ in range(100):
+    deadline = time.monotonic() + 60
+    while True:
         [row] = await jobs.list(task_uuid=task_uuid, status=None, limit=10)
         if row.status != "running":
             break
+        assert time.monotonic() < deadline
         await asyncio.sleep(0.1)
     assert row.status == "succeeded"
