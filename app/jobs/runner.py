@@ -47,7 +47,7 @@ class JobRunner:
         queue.listeners.append(self._wake.set)
 
     async def start(self) -> None:
-        self._loop = asyncio.create_task(self._run_forever())
+        self._loop = asyncio.create_task(self._run_forever(), name="job claim loop")
 
     async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Cancel the claim loop and the running jobs, and wait up to ``grace_s`` for them to
@@ -58,7 +58,10 @@ class JobRunner:
             task.cancel()
         if not tasks:
             return
-        _, stuck = await asyncio.wait(tasks, timeout=grace_s)
+        ended, stuck = await asyncio.wait(tasks, timeout=grace_s)
+        for task in ended:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                log.error("%s ended with an error while stopping", task.get_name(), exc_info=error)
         if stuck:
             log.error(
                 "%d job task(s) still running %g s after their cancellation; left behind: %s",
