@@ -6,12 +6,14 @@ every asyncio task's stack a little before the timeout, and the failure carries 
 """
 
 import asyncio
+import gc
 import sys
 import threading
+import time
 import traceback
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from types import FrameType
+from types import AsyncGeneratorType, FrameType
 from typing import Any
 
 from asgi_lifespan import LifespanManager
@@ -43,13 +45,22 @@ def _stacks_if_stuck(step: str, timeout_s: float) -> Iterator[None]:
     loop = asyncio.get_running_loop()
     taken: list[str] = []
     at_s = timeout_s * 0.9
+
+    def take() -> None:
+        taken.append(_stacks(loop))
+        # Also at once: should the step then never end, pytest-timeout's report has them.
+        print(f"the app's {step} is still running {at_s:g} s in:\n{taken[0]}", file=sys.stderr)
+
     # A thread, not a loop callback: it still runs when the event loop itself is blocked.
-    timer = threading.Timer(at_s, lambda: taken.append(_stacks(loop)))
+    timer = threading.Timer(at_s, take)
     timer.daemon = True
+    began = time.monotonic()
     timer.start()
     try:
         yield
     except TimeoutError as exc:
+        if time.monotonic() - began < timeout_s:
+            raise  # the app's own, not the step's timeout
         stacks = taken[0] if taken else "(not taken)"
         raise AssertionError(
             f"the app's {step} took over {timeout_s:g} s; stacks {at_s:g} s in:\n{stacks}"
@@ -78,11 +89,21 @@ def _stacks(loop: asyncio.AbstractEventLoop) -> str:
 
 def _awaiting(task: asyncio.Task[object]) -> Iterator[FrameType]:
     """The frames of a task's coroutine down the chain of awaits (Task.get_stack stops at the
-    first one before Python 3.14)."""
+    first one before Python 3.14), through async generators (the app's lifespan is one)."""
     awaitable: Any = task.get_coro()
     while awaitable is not None:
-        frame = getattr(awaitable, "cr_frame", None) or getattr(awaitable, "gi_frame", None)
+        if type(awaitable).__name__ in ("async_generator_asend", "async_generator_athrow"):
+            # What anext() or athrow() returns keeps its generator out of sight but for gc.
+            generators = gc.get_referents(awaitable)
+            awaitable = next((g for g in generators if isinstance(g, AsyncGeneratorType)), None)
+            continue
+        frame = next(_attributes(awaitable, "cr_frame", "gi_frame", "ag_frame"), None)
         if frame is None:
             return
         yield frame
-        awaitable = getattr(awaitable, "cr_await", None) or getattr(awaitable, "gi_yieldfrom", None)
+        awaitable = next(_attributes(awaitable, "cr_await", "gi_yieldfrom", "ag_await"), None)
+
+
+def _attributes(thing: object, *names: str) -> Iterator[Any]:
+    """The values of those of ``names`` that ``thing`` has and are not None."""
+    return (value for name in names if (value := getattr(thing, name, None)) is not None)

@@ -294,10 +294,8 @@ class CompactionService:
 
     async def _condense_in_time(self, task_uuid: str, fmt: str, thread_id: int) -> Outcome | None:
         try:
-            return await asyncio.wait_for(
-                self.condense(task_uuid, fmt=fmt, thread_id=thread_id),
-                self.settings.request_condense_timeout_s,
-            )
+            async with asyncio.timeout(self.settings.request_condense_timeout_s):
+                return await self.condense(task_uuid, fmt=fmt, thread_id=thread_id)
         except (TimeoutError, CompactionFailed) as exc:
             log.warning(
                 "task %s: condense failed before the deadline (%s); truncating", task_uuid, exc

@@ -44,6 +44,7 @@ class JobRunner:
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
+        self._stopping = False
         queue.listeners.append(self._wake.set)
 
     async def start(self) -> None:
@@ -53,6 +54,7 @@ class JobRunner:
         """Cancel the claim loop and the running jobs, and wait up to ``grace_s`` for them to
         end. A job that does not end by then is left behind, so that shutdown never hangs on
         it: its lease runs out and another worker runs it again."""
+        self._stopping = True  # no more claims, and no more lease renewals
         tasks = {t for t in (self._loop, *self._running) if t is not None}
         for task in tasks:
             task.cancel()
@@ -71,7 +73,7 @@ class JobRunner:
             )
 
     async def _run_forever(self) -> None:
-        while True:
+        while not self._stopping:
             await self._slots.acquire()
             try:
                 job = await self.queue.claim()
@@ -80,8 +82,11 @@ class JobRunner:
                 job = None
             if job is None:
                 self._slots.release()
+                # Not asyncio.wait_for: on Python 3.11 it drops a cancellation that arrives as
+                # the event is set (CPython gh-86296), and this loop would outlive stop().
                 with suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                    async with asyncio.timeout(self.poll_s):
+                        await self._wake.wait()
                 self._wake.clear()
                 continue
             task = asyncio.create_task(self._run(job), name=f"job {job.id} ({job.kind})")
@@ -129,5 +134,7 @@ class JobRunner:
     async def _heartbeat(self, job: Job) -> None:
         while True:
             await asyncio.sleep(self.queue.lease_s / 3)
+            if self._stopping:
+                return  # a job left behind by stop(): its lease runs out
             if not await self.queue.renew(job):
                 return  # taken over: finish() will not record this run either

@@ -50,8 +50,9 @@ class Periodic:
                 await self.action(self._stopping)
             except Exception:
                 log.exception("%s failed; next round in %ss", self.name, self.interval_s)
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.interval_s)
+            with suppress(TimeoutError):  # not wait_for: see JobRunner._run_forever
+                async with asyncio.timeout(self.interval_s):
+                    await self._stopping.wait()
 
 
 def start_periodic_cleanup(maintenance: MaintenanceService, settings: Settings) -> Periodic | None:

@@ -13,13 +13,15 @@ from app.jobs.queue import JobQueue
 from app.jobs.runner import Handler, JobRunner
 from tests.jobs.test_leases import task_and_db as task_and_db
 
+LEASE_S = 0.5  # renewed every third of it while a job runs
+
 
 @pytest.fixture
 async def queue(task_and_db: tuple[str, str]) -> AsyncIterator[tuple[JobQueue, str]]:
     task_uuid, url = task_and_db
     db = open_database(url)
     try:
-        yield JobQueue(db, max_attempts=3, lease_s=30), task_uuid
+        yield JobQueue(db, max_attempts=3, lease_s=LEASE_S), task_uuid
     finally:
         await db.dispose()
 
@@ -79,12 +81,33 @@ async def test_a_job_that_ignores_its_cancellation_does_not_hold_up_the_stop(
     assert time.monotonic() - began < 20  # not stuck: the grace, give or take a busy machine
     assert "1 job task(s) still running 0.3 s after their cancellation" in caplog.text
     assert f"job {job.id} (condense)" in caplog.text
-    release.set()  # the task left behind goes on to its end
+    # Its lease is no longer renewed: another worker gets the job once the lease runs out.
     deadline = time.monotonic() + 60
-    while True:
-        [row] = await jobs.list(task_uuid=task_uuid, status=None, limit=10)
-        if row.status != "running":
-            break
+    while (again := await jobs.claim()) is None:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.1)
-    assert row.status == "succeeded"
+    assert (again.id, again.attempts) == (job.id, 2)
+    release.set()  # the run left behind goes on to its end, and records nothing
+    while "another run took it over" not in caplog.text:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    [row] = await jobs.list(task_uuid=task_uuid, status=None, limit=10)
+    assert (row.status, row.attempts) == ("running", 2)
+    await jobs.finish(again, "succeeded")
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+async def test_a_wake_up_as_the_runner_stops_does_not_keep_it_claiming(
+    queue: tuple[JobQueue, str], caplog: pytest.LogCaptureFixture, turns: int
+) -> None:
+    """The claim loop, idle, is woken (a job ended or was queued) just as it is cancelled: it
+    stops all the same (asyncio.wait_for on Python 3.11 dropped such a cancellation)."""
+    jobs, _ = queue
+    runner = JobRunner(jobs, {}, poll_s=3600, backoff_s=0, concurrency=1)
+    await runner.start()
+    await asyncio.sleep(0.2)  # the loop found nothing to claim and waits to be woken
+    jobs.notify()
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    await runner.stop(grace_s=5)
+    assert "left behind" not in caplog.text
