@@ -56,10 +56,12 @@ from app.tokens.calibration import CalibrationPolicy
 from app.tokens.counting import TokenCounting
 
 log = logging.getLogger(__name__)
-# Every append moves its head and touches its task row: Core UPDATEs on the tables, as the
-# ORM's DML path costs about a third of the commit's CPU again (bench/README.md).
+# Every append moves its head and touches its task (and thread) row, every payload served
+# records its tokens: Core UPDATEs on the tables, as the ORM's DML path costs about a third of
+# the commit's CPU again (bench/README.md).
 HEADS = ContextHead.metadata.tables["context_heads"]
 TASKS = Task.metadata.tables["tasks"]
+THREADS = Thread.metadata.tables["threads"]
 
 
 @dataclass(frozen=True)
@@ -530,7 +532,7 @@ class ContextStore:
         """Remember the counted tokens of a payload served, for the next reported usage."""
         async with self.db.transaction() as session:
             await session.execute(
-                update(Task).where(Task.uuid == task_uuid).values(served_tokens=tokens)
+                update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
             )
 
     async def _commit_head(
@@ -553,8 +555,11 @@ class ContextStore:
             )
             if thread_values:
                 await connection.execute(
-                    update(Thread)
-                    .where(Thread.task_uuid == task_uuid, Thread.thread_id == locked.thread_id)
+                    update(THREADS)
+                    .where(
+                        THREADS.c.task_uuid == task_uuid,
+                        THREADS.c.thread_id == locked.thread_id,
+                    )
                     .values(**thread_values)
                 )
             for result in keys:
