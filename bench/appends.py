@@ -64,7 +64,7 @@ async def drive(
     """One agent per (method, path, body), each sending its request again and again: two
     untimed, then timed for ``seconds`` (all agents start the timed part together), over
     connections of their own."""
-    server, me = psutil.Process(service.process.pid), psutil.Process()
+    me = psutil.Process()
     latencies: list[float] = []
     ready = asyncio.Barrier(len(requests) + 1)
     stop = asyncio.Event()
@@ -84,13 +84,13 @@ async def drive(
     async with async_http_client(service, len(requests)) as client:
         agents = [asyncio.create_task(agent(client, *r)) for r in requests]
         await ready.wait()
-        cpu = cpu_seconds(server), cpu_seconds(me)
+        cpu = service.cpu_seconds(), cpu_seconds(me)
         started = time.perf_counter()
         await asyncio.sleep(seconds)
         stop.set()
         await asyncio.gather(*agents)
         elapsed = time.perf_counter() - started
-    return Load(elapsed, latencies, cpu_seconds(server) - cpu[0], cpu_seconds(me) - cpu[1])
+    return Load(elapsed, latencies, service.cpu_seconds() - cpu[0], cpu_seconds(me) - cpu[1])
 
 
 def raw_appends_per_s(directory: Path, *, fsync: bool, seconds: float) -> float:

@@ -29,25 +29,24 @@ messages.jsonl and a read that also parses every line (the floor of any rebuild)
 
 import math
 import random
-import statistics
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from statistics import median
 from typing import Any, cast
 
 import httpx
 import orjson
 
 from app.compaction.extractive import extractive_digest
+from app.compaction.service import span_records
 from app.compaction.summarizer import EXTRACTIVE_MAX_CHARS
-from app.context.effective import position
-from app.context.files import ContextFiles, rebuild, visible_records
+from app.context.files import ContextFiles, rebuild
 from app.storage.jsonl import append_bytes, iter_lines
 from app.storage.layout import Layout
-from bench.harness import Report, Service, Table, create_task, http_client
+from bench.harness import Report, Service, Table, create_task, http_client, plain_read_s
 
 SIZES = (100, 1_000, 5_000)
 QUICK_SIZES = (20, 60)
@@ -65,7 +64,6 @@ SUMMARY_BACKEND: dict[str, dict[str, str]] = {
     "fake": {},
     "truncate": {},
 }
-READ_CHUNK = 1 << 20
 MB = 1e6
 FAKE_SUMMARY = (
     "Context: the agent is fixing a failing test in src/pkg/module_3.py. Current work: edits "
@@ -335,7 +333,7 @@ def measure(
     llm_env = {"LLM_BACKEND": "openai", "LLM_BASE_URL": fake.base_url, "LLM_MODEL": "fake"}
     with (
         Service(context_dir, **SERVICE_ENV, **llm_env) as service,
-        _client(service) as client,
+        http_client(service) as client,
     ):
         cases = prepare(client, sizes, repeats)
         for case in cases:
@@ -347,10 +345,6 @@ def measure(
                         done.digest_s = timed_digest(layout.task_dir("running", task_uuid))
                     case.compressions.append(done)
     return cases, service.ready_after_s
-
-
-def _client(service: Service) -> httpx.Client:
-    return http_client(service)
 
 
 # --- in this process, on the files ---------------------------------------------------------
@@ -384,15 +378,7 @@ def fsync_latency(directory: Path, count: int = 20) -> float:
         append_bytes(path, b'{"probe": true}\n' * 10, fsync=True)
         seconds.append(time.perf_counter() - started)
     path.unlink()
-    return statistics.median(seconds)
-
-
-def _timed_read(path: Path) -> float:
-    started = time.perf_counter()
-    with open(path, "rb") as f:
-        while f.read(READ_CHUNK):
-            pass
-    return time.perf_counter() - started
+    return median(seconds)
 
 
 def _timed_parse(path: Path) -> float:
@@ -408,13 +394,6 @@ def _timed_rebuild(directory: Path) -> float:
     return time.perf_counter() - started
 
 
-def _span(f: Any, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
-    """The records a condense of [low, high] hands its summariser (service._span_records)."""
-    for record in visible_records(f, end):
-        if low <= position(record) <= high:
-            yield record
-
-
 def timed_digest(directory: Path) -> float:
     """The extractive digest of the span the service condensed, read as the service reads it
     (the file as it was before the condense's marker)."""
@@ -423,7 +402,7 @@ def timed_digest(directory: Path) -> float:
     record = orjson.loads(lines[-1])
     with open(directory / "messages.jsonl", "rb") as f:
         started = time.perf_counter()
-        spanned = _span(f, end, record["start_seq"], record["end_seq"])
+        spanned = span_records(f, end, record["start_seq"], record["end_seq"])
         extractive_digest(spanned, max_chars=EXTRACTIVE_MAX_CHARS)
         return time.perf_counter() - started
 
@@ -431,21 +410,17 @@ def timed_digest(directory: Path) -> float:
 def file_times(directory: Path) -> FileTimes:
     messages = directory / "messages.jsonl"
     end = _end_before_marker(messages)
-    _timed_read(messages)  # warm the page cache: every figure below reads from memory
+    plain_read_s(messages)  # warm the page cache: every figure below reads from memory
     return FileTimes(
         messages_bytes=end,
         file_bytes=messages.stat().st_size,
-        read_s=_timed_read(messages),
+        read_s=plain_read_s(messages),
         parse_s=_timed_parse(messages),
         rebuild_s=_timed_rebuild(directory),
     )
 
 
 # --- the report -----------------------------------------------------------------------------
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 def _ms(seconds: float) -> float:
@@ -460,31 +435,31 @@ def condense_row(case: SizeCase, files: dict[str, FileTimes]) -> dict[str, Any]:
     extractive = of("extractive")
     return {
         "messages": case.size,
-        "context_mib": round(_median([t.messages_bytes for t in files.values()]) / 2**20, 3),
-        "extractive_ms": _ms(_median([c.wall_s for c in extractive])),
-        "digest_ms": _ms(_median([c.digest_s for c in extractive])),
-        "extractive_overhead_ms": _ms(_median([c.wall_s - c.digest_s for c in extractive])),
-        "fake_total_ms": _ms(_median([c.wall_s for c in fake])),
-        "inside_llm_ms": _ms(_median([c.llm_s for c in fake])),
-        "fake_overhead_ms": _ms(_median([c.wall_s - c.llm_s for c in fake])),
-        "llm_calls": int(_median([c.llm_calls for c in fake])),
-        "llm_request_mib": round(_median([c.llm_request_bytes for c in fake]) / 2**20, 3),
-        "truncate_ms": _ms(_median([c.wall_s for c in of("truncate")])),
-        "hidden_messages": int(_median([c.hidden for c in of("extractive")])),
+        "context_mib": round(median([t.messages_bytes for t in files.values()]) / 2**20, 3),
+        "extractive_ms": _ms(median([c.wall_s for c in extractive])),
+        "digest_ms": _ms(median([c.digest_s for c in extractive])),
+        "extractive_overhead_ms": _ms(median([c.wall_s - c.digest_s for c in extractive])),
+        "fake_total_ms": _ms(median([c.wall_s for c in fake])),
+        "inside_llm_ms": _ms(median([c.llm_s for c in fake])),
+        "fake_overhead_ms": _ms(median([c.wall_s - c.llm_s for c in fake])),
+        "llm_calls": int(median([c.llm_calls for c in fake])),
+        "llm_request_mib": round(median([c.llm_request_bytes for c in fake]) / 2**20, 3),
+        "truncate_ms": _ms(median([c.wall_s for c in of("truncate")])),
+        "hidden_messages": int(median([c.hidden for c in extractive])),
     }
 
 
 def rebuild_row(case: SizeCase, files: dict[str, FileTimes]) -> dict[str, Any]:
     times = list(files.values())
-    size = _median([t.file_bytes for t in times])
-    rebuild_rate = _median([t.file_bytes / t.rebuild_s / MB for t in times])
-    read_rate = _median([t.file_bytes / t.read_s / MB for t in times])
+    size = median([t.file_bytes for t in times])
+    rebuild_rate = median([t.file_bytes / t.rebuild_s / MB for t in times])
+    read_rate = median([t.file_bytes / t.read_s / MB for t in times])
     return {
         "messages": case.size,
         "messages_mib": round(size / 2**20, 3),
-        "rebuild_ms": _ms(_median([t.rebuild_s for t in times])),
+        "rebuild_ms": _ms(median([t.rebuild_s for t in times])),
         "rebuild_mb_s": round(rebuild_rate, 1),
-        "parse_mb_s": round(_median([t.file_bytes / t.parse_s / MB for t in times]), 1),
+        "parse_mb_s": round(median([t.file_bytes / t.parse_s / MB for t in times]), 1),
         "read_mb_s": round(read_rate, 1),
         "read_over_rebuild": round(read_rate / rebuild_rate, 1),
     }

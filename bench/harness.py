@@ -5,6 +5,7 @@ A benchmark module exposes ``run(quick: bool, scratch: Path) -> Report``; ``pyth
 runs them, prints their tables and writes ``bench/results/<name>.json``.
 """
 
+import math
 import os
 import platform
 import socket
@@ -87,6 +88,10 @@ class Service:
     def rss(self) -> int:
         return sum(p.memory_info().rss for p in self.processes())
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server has used so far."""
+        return cpu_seconds(psutil.Process(self.process.pid))
+
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -135,6 +140,16 @@ def cpu_seconds(process: psutil.Process) -> float:
     """CPU time (user + system) a process has used so far."""
     times = process.cpu_times()
     return float(times.user + times.system)
+
+
+def plain_read_s(path: Path) -> float:
+    """Seconds to read ``path`` in 1 MiB chunks, doing nothing with them: the disk's (or page
+    cache's) limit for anything that reads the file."""
+    started = time.perf_counter()
+    with path.open("rb") as f:
+        while f.read(1 << 20):
+            pass
+    return time.perf_counter() - started
 
 
 # Idle connections are dropped after 2 s, before uvicorn's keep-alive (5 s) ends them: a
@@ -186,7 +201,7 @@ def create_task(client: httpx.Client, window: int, **fields: Any) -> str:
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0..100) by nearest rank."""
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[rank]
 
 

@@ -18,7 +18,17 @@ from typing import Any
 import httpx
 
 from app.formats import FORMATS
-from bench.harness import PeakRSS, Report, Service, Table, create_task, http_client, mib, size_label
+from bench.harness import (
+    PeakRSS,
+    Report,
+    Service,
+    Table,
+    create_task,
+    http_client,
+    mib,
+    plain_read_s,
+    size_label,
+)
 
 SIZES = (10_000, 1_000_000, 10_000_000, 100_000_000)
 MESSAGE_BYTES = 256 * 1024
@@ -53,14 +63,6 @@ def peak_rss_of(code: str, *args: str) -> int:
         [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
     )
     return int(out.stdout.strip())
-
-
-def plain_read_s(path: Path) -> float:
-    started = time.perf_counter()
-    with path.open("rb") as f:
-        while f.read(1 << 20):
-            pass
-    return time.perf_counter() - started
 
 
 def get_payload(service: Service, client: httpx.Client, task_uuid: str, fmt: str) -> dict[str, Any]:

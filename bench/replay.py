@@ -226,13 +226,13 @@ async def outcome(client: httpx.AsyncClient, uuids: list[str]) -> dict[str, Any]
 
 async def replay(service: Service, corpus: list[Trajectory], window: int) -> dict[str, Any]:
     tally = Tally()
-    server, me = psutil.Process(service.process.pid), psutil.Process()
+    me = psutil.Process()
     async with async_http_client(service, len(corpus) + 8, 300) as client:
-        cpu = cpu_seconds(server), cpu_seconds(me)
+        cpu = service.cpu_seconds(), cpu_seconds(me)
         started = time.perf_counter()
         await asyncio.gather(*(agent(client, t, window, tally) for t in corpus))
         wall_s = time.perf_counter() - started
-        cpu = cpu_seconds(server) - cpu[0], cpu_seconds(me) - cpu[1]
+        cpu = service.cpu_seconds() - cpu[0], cpu_seconds(me) - cpu[1]
         started = time.perf_counter()
         settled = await settle(client, tally.uuids)
         settle_s = time.perf_counter() - started

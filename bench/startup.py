@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
-from bench.harness import Report, Service, Table, cpu_seconds, http_client, mib, task_body
+from bench.harness import Report, Service, Table, async_http_client, http_client, mib, task_body
 
 IN_FLIGHT = 32  # concurrent agents creating tasks
+SETTLE_TIMEOUT_S = 600  # for the final summaries of the tasks created
 # Share of tasks ending in each status, in hundredths (stats_queries uses the same mix).
 STATUS_MIX = (("completed", 80), ("failed", 15), ("paused", 2), ("running", 3))
 POPULATION_FSYNC = "never"  # the creating service only; measured starts keep "always"
@@ -129,9 +129,8 @@ async def make_task(client: httpx.AsyncClient, index: int) -> None:
     response.raise_for_status()
 
 
-async def create_tasks(url: str, count: int) -> None:
-    limits = httpx.Limits(max_connections=IN_FLIGHT)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
+async def create_tasks(service: Service, count: int) -> None:
+    async with async_http_client(service, IN_FLIGHT) as client:
 
         async def agent(lane: int) -> None:
             for index in range(lane, count, IN_FLIGHT):
@@ -154,6 +153,8 @@ def settle(service: Service) -> float:
     started = time.perf_counter()
     with http_client(service, 30) as client:
         while jobs_pending(client):
+            if time.perf_counter() - started > SETTLE_TIMEOUT_S:
+                raise RuntimeError(f"jobs still pending after {SETTLE_TIMEOUT_S} s")
             time.sleep(0.2)
     return time.perf_counter() - started
 
@@ -168,11 +169,10 @@ class Seed:
 
 def build_seed(context_dir: Path, count: int) -> Seed:
     with Service(context_dir, FSYNC=POPULATION_FSYNC) as service:
-        process = psutil.Process(service.process.pid)
-        cpu_before, started = cpu_seconds(process), time.perf_counter()
-        asyncio.run(create_tasks(service.url, count))
+        cpu_before, started = service.cpu_seconds(), time.perf_counter()
+        asyncio.run(create_tasks(service, count))
         create_s = time.perf_counter() - started
-        server_cpu_s = cpu_seconds(process) - cpu_before
+        server_cpu_s = service.cpu_seconds() - cpu_before
         settle_s = settle(service)
     return Seed(count, create_s, server_cpu_s, settle_s)
 
@@ -273,7 +273,7 @@ def log_times(log: Path) -> dict[str, float]:
 def start_once(context_dir: Path) -> Start:
     spawned = time.time()
     with Service(context_dir) as service:
-        cpu, rss = cpu_seconds(psutil.Process(service.process.pid)), service.rss()
+        cpu, rss = service.cpu_seconds(), service.rss()
         ready = service.ready_after_s
     marks = log_times(service.log_path)
     imports = marks[STARTED] - spawned if STARTED in marks else None

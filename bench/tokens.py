@@ -31,12 +31,12 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
-import psutil
 
 from app.context.records import openai_message
 from app.formats import FORMATS
@@ -50,10 +50,9 @@ from bench.harness import (
     Service,
     Table,
     async_http_client,
-    cpu_seconds,
+    create_task,
     http_client,
     percentile,
-    task_body,
 )
 
 CORPUS = REPO.parent / "shared" / "corpus" / "trajectories"
@@ -79,7 +78,7 @@ class Piece:
 
     messages: list[Message]
 
-    @property
+    @cached_property
     def bytes(self) -> int:
         return sum(len(orjson.dumps(m)) for m in self.messages)
 
@@ -252,12 +251,7 @@ class AppendRun:
 
 def create_tasks(service: Service, count: int) -> list[str]:
     with http_client(service) as client:
-        uuids = []
-        for _ in range(count):
-            response = client.post("/tasks", json=task_body(WINDOW))
-            response.raise_for_status()
-            uuids.append(response.json()["uuid"])
-        return uuids
+        return [create_task(client, WINDOW) for _ in range(count)]
 
 
 def compactions(service: Service, uuids: Sequence[str]) -> int:
@@ -276,7 +270,6 @@ async def append_all(
     """Each share's pieces appended by one agent, one message per request: (wall seconds,
     latencies, server CPU seconds)."""
     latencies: list[float] = []
-    server = psutil.Process(service.process.pid)
 
     async def agent(client: httpx.AsyncClient, share: Sequence[tuple[str, Piece]]) -> None:
         for task_uuid, piece in share:
@@ -287,11 +280,11 @@ async def append_all(
                 response.raise_for_status()
 
     async with async_http_client(service, len(shares)) as client:
-        cpu = cpu_seconds(server)
+        cpu = service.cpu_seconds()
         started = time.perf_counter()
         await asyncio.gather(*(agent(client, share) for share in shares))
         seconds = time.perf_counter() - started
-    return seconds, latencies, cpu_seconds(server) - cpu
+    return seconds, latencies, service.cpu_seconds() - cpu
 
 
 def run_appends(service: Service, counter: str, pieces: Sequence[Piece], agents: int) -> AppendRun:
@@ -310,7 +303,7 @@ def run_appends(service: Service, counter: str, pieces: Sequence[Piece], agents:
 def warm_up(service: Service, pieces: Sequence[Piece]) -> None:
     """A few appends first: the first requests pay for imports, caches and SQLite warming."""
     messages = [m for p in pieces for m in p.messages][:WARM_UP_MESSAGES]
-    warm = Piece(messages[: max(closed_points(messages) or [len(messages)])])
+    warm = Piece(messages[: (closed_points(messages) or [len(messages)])[-1]])
     run_appends(service, "warm-up", [warm], 1)
 
 

@@ -163,7 +163,7 @@ class CompactionService:
                 handle = await asyncio.to_thread(open, files.messages, "rb")
             try:
                 summary = await self.summarizer.summarize(
-                    _span_records(handle, head.messages_bytes, span[0], span[-1]), backend
+                    span_records(handle, head.messages_bytes, span[0], span[-1]), backend
                 )
             except LLMError as exc:
                 raise CompactionFailed(str(exc), details={"backend": exc.backend}) from exc
@@ -460,7 +460,8 @@ def _entries(files: ContextFiles, end: int, fmt: str) -> list[Entry]:
         return [Entry.of(record, fmt) for record in visible_records(f, end)]
 
 
-def _span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
+def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
+    """The visible records of seq ``low`` to ``high``: what a condense hands its summariser."""
     for record in visible_records(f, end):
         if low <= position(record) <= high:
             yield record
