@@ -46,11 +46,10 @@ from typing import Any
 import httpx
 
 from bench.harness import Report, Service, Table, async_http_client, http_client, mib, task_body
+from bench.stats_queries import STATUS_WEIGHTS
 
 IN_FLIGHT = 32  # concurrent agents creating tasks
 SETTLE_TIMEOUT_S = 600  # for the final summaries of the tasks created
-# Share of tasks ending in each status, in hundredths (stats_queries uses the same mix).
-STATUS_MIX = (("completed", 80), ("failed", 15), ("paused", 2), ("running", 3))
 POPULATION_FSYNC = "never"  # the creating service only; measured starts keep "always"
 STATUS_FOLDERS = ("running", "paused", "completed")
 # Log lines (text format) that bound a start's phases.
@@ -80,7 +79,7 @@ def sizes(quick: bool) -> Sizes:
 def target_status(index: int) -> str:
     """Deterministic mix: task i gets the status of its slot among every 100."""
     slot = index % 100
-    for status, share in STATUS_MIX:
+    for status, share in STATUS_WEIGHTS.items():  # hundredths, as in the stats benchmark
         if slot < share:
             return status
         slot -= share
@@ -435,7 +434,7 @@ def run(quick: bool, scratch: Path) -> Report:
                 "copy_s": round(stores.copy_s, 2),
                 "in_flight": IN_FLIGHT,
                 "env": {"FSYNC": POPULATION_FSYNC},
-                "status_mix_percent": dict(STATUS_MIX),
+                "status_mix_percent": STATUS_WEIGHTS,
             },
         },
     )
