@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from app.context.effective import marker_kind
+
 DEFAULT_MAX_CHARS = 6000
 ELLIPSIS = "…"
 ROOT_TOKEN = "$ROOT"
@@ -510,7 +512,7 @@ class DigestState:
     last_call: ToolCall | None = None
 
     def add(self, record: dict[str, Any]) -> None:
-        marker = record.get("marker")
+        marker = marker_kind(record)
         if not record.get("role") or marker == "truncation":
             return  # a rewind or truncation marker: nothing said in it
         if marker == "condense":  # an earlier summary: kept as such, not as a user request

@@ -8,7 +8,7 @@ starts on a tool result, and never ends just before one.
 from dataclasses import dataclass
 from typing import Any
 
-from app.context.effective import position
+from app.context.effective import COMPACTION_KINDS, marker_kind, position
 from app.context.records import record_tokens
 
 
@@ -26,13 +26,14 @@ class Entry:
     @classmethod
     def of(cls, record: dict[str, Any], fmt: str = "openai") -> "Entry":
         """The entry of a visible record, its tokens as ``fmt`` renders it."""
+        kind = marker_kind(record)
         return cls(
             position=position(record),
             seq=record["seq"],
             role=record["role"],
             tokens=record_tokens(record, fmt),
-            marker=record.get("marker"),
-            last=record["hides"][1] if "hides" in record else None,
+            marker=kind,
+            last=record["hides"][1] if kind in COMPACTION_KINDS else None,
         )
 
 

@@ -20,7 +20,7 @@ from app.compaction import plans
 from app.compaction.plans import Entry, Skip, Span
 from app.compaction.summarizer import Summarizer
 from app.config import Settings
-from app.context.effective import position
+from app.context.effective import is_marker, position
 from app.context.files import (
     ContextFiles,
     commit_marker,
@@ -344,7 +344,7 @@ class CompactionService:
             head = await self.store.recovered_head(locked)
             files = self.store.files(locked)
             target = await asyncio.to_thread(_read_seq, files, to_seq, head.messages_bytes)
-            if target is None or "marker" in target:
+            if target is None or is_marker(target):
                 raise InvalidInput(
                     f"seq {to_seq} is not a message of this task",
                     code="invalid_rewind_target",

@@ -10,6 +10,13 @@
   cut (to_seq, or to_seq + 1 with include_target) and the rewind itself: messages, and the
   compactions made after the cut (whose hidden records come back).
 
+A marker is told apart from a message by its envelope, ``"type": "marker"``, which only the
+service writes: a message may not carry ``type`` or any other field a marker is read by
+(:data:`app.context.records.RESERVED_FIELDS`). Records written before the envelope existed
+are read as markers only when they have the shape the service gave its markers: a compaction
+with its ``hides`` range before it and its ``summary_id``, a rewind with no role. Anything else
+was acknowledged as a message and stays one.
+
 The markers are few, so they are collected in a first pass (:func:`plan`); the second pass
 streams the records and yields the visible ones (:func:`visible`).
 """
@@ -19,15 +26,43 @@ from dataclasses import dataclass, field
 from typing import Any
 
 COMPACTION_KINDS = frozenset({"condense", "truncation", "elision"})
+MARKER_TYPE = "marker"  # the envelope's "type" on the records the service writes
 
 
 def is_marker(record: dict[str, Any]) -> bool:
-    return "marker" in record
+    """Whether the service wrote this record as a marker (compaction or rewind)."""
+    if "type" in record:
+        return bool(record["type"] == MARKER_TYPE)
+    return "marker" in record and _legacy_marker(record)
+
+
+def marker_kind(record: dict[str, Any]) -> str | None:
+    """ "condense", "truncation", "elision" or "rewind" for a marker; None for a message."""
+    return str(record["marker"]) if is_marker(record) else None
+
+
+def _legacy_marker(record: dict[str, Any]) -> bool:
+    """A record from before the envelope: a marker only in the exact shape the service gave."""
+    seq, kind = record.get("seq"), record.get("marker")
+    if not isinstance(seq, int):
+        return False
+    if kind == "rewind":
+        target = record.get("to_seq")
+        return "role" not in record and isinstance(target, int) and 0 < target < seq
+    hides = record.get("hides")
+    return (
+        kind in COMPACTION_KINDS
+        and isinstance(record.get("summary_id"), int)
+        and isinstance(hides, list)
+        and len(hides) == 2
+        and all(isinstance(n, int) for n in hides)
+        and 0 < hides[0] <= hides[1] < seq
+    )
 
 
 def position(record: dict[str, Any]) -> int:
     """Where a record stands in the effective context."""
-    if record.get("marker") in COMPACTION_KINDS:
+    if marker_kind(record) in COMPACTION_KINDS:
         start: int = record["hides"][0]
         return start
     seq: int = record["seq"]
@@ -50,8 +85,8 @@ class Plan:
 
 
 def plan(markers: Iterable[dict[str, Any]]) -> Plan:
-    """Resolve which markers are in force, given every marker record in seq order."""
-    ordered = sorted(markers, key=lambda m: m["seq"])
+    """Resolve which markers are in force, given every marker record (others are ignored)."""
+    ordered = sorted(filter(is_marker, markers), key=lambda m: m["seq"])
     result = Plan()
     for marker in reversed(ordered):  # a rewind counts only if no later rewind removed it
         if marker["marker"] == "rewind" and not result.is_removed(marker["seq"]):

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from app.context import effective
-from app.context.effective import is_marker
+from app.context.effective import MARKER_TYPE, is_marker
 from app.context.records import (
     ContextAccumulator,
     HeadState,
@@ -170,9 +170,7 @@ class CurrentRender:
 def active_plan(source: Path | BinaryIO, end: int | None = None) -> effective.Plan:
     """The markers in force in messages.jsonl[0:end] (first pass: only marker lines parse)."""
     lines = iter_lines(source, 0, end)
-    return effective.plan(
-        m for m in (orjson.loads(x) for _, x in lines if MARKER in x) if is_marker(m)
-    )
+    return effective.plan(orjson.loads(x) for _, x in lines if MARKER in x)
 
 
 def visible_records(f: BinaryIO, end: int) -> Iterator[dict[str, Any]]:
@@ -202,7 +200,7 @@ def commit_marker(
 
     The summary record goes first: one whose marker never made it is simply never in force.
     """
-    record = {"seq": head.last_seq + 1, **marker}
+    record = {"seq": head.last_seq + 1, "type": MARKER_TYPE, **marker}
     if summary is not None:
         path = files.directory / SUMMARIES
         repair_tail(path, fsync=fsync, context=str(files.directory.name))
@@ -311,6 +309,6 @@ class History:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for _, line in iter_lines(self.handle, 0, self.end):
             record: dict[str, Any] = orjson.loads(line)
-            if "marker" not in record:
+            if not is_marker(record):
                 self.count += 1
                 yield record

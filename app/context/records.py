@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from app.context.effective import is_marker
 from app.errors import Conflict, InvalidInput, TooLarge
 from app.storage.jsonl import dumps_line
 from app.tokens.calibration import reported_output_tokens, reported_prompt_tokens
@@ -26,19 +27,41 @@ ANCHOR = "stelis_anchor"
 # What an anchor is counted as, in every format: the most any rendering of it may cost.
 ANCHOR_TOKENS = 400
 
-# Fields the service adds to stored records; a posted message may not carry them.
-ENVELOPE_FIELDS = frozenset(
+# Fields the service writes into records (the envelope of a message, and every field a marker
+# is read by): a posted message may carry none of them, so no client body can pass for a record
+# the service wrote, and the history shows only what was posted besides the envelope.
+RESERVED_FIELDS = frozenset(
     {
         "seq",
+        "type",
         "timestamp",
         "tokens",
         "format_tokens",
         "batch_size",
         "idempotency_key",
         "request_hash",
+        "marker",
+        "hides",
+        "to_seq",
+        "include_target",
+        "summary_id",
         ANCHOR,
     }
 )
+
+
+def refuse_reserved(messages: list[dict[str, Any]]) -> None:
+    """InvalidInput (nothing written) if a posted message carries a reserved field."""
+    for index, message in enumerate(messages):
+        clash = sorted(RESERVED_FIELDS.intersection(message))
+        if clash:
+            raise InvalidInput(
+                f"message {index}: {', '.join(map(repr, clash))} "
+                f"{'is a field' if len(clash) == 1 else 'are fields'} the service writes itself; "
+                "a message may not carry them (rename or drop them)",
+                code="reserved_field",
+                details={"index": index, "fields": clash, "reserved": sorted(RESERVED_FIELDS)},
+            )
 
 
 @dataclass
@@ -179,7 +202,7 @@ class ContextAccumulator:
 
 def count_record(stats: StatsDelta, record: dict[str, Any]) -> None:
     """Add a message record to the task statistics (markers are not messages)."""
-    if "marker" in record:
+    if is_marker(record):
         return
     stats.messages += 1
     if record["role"] == "assistant":
@@ -194,7 +217,17 @@ def count_record(stats: StatsDelta, record: dict[str, Any]) -> None:
 
 
 def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: int) -> None:
-    """Keep every payload valid: results answer open calls, nothing else interrupts them."""
+    """Keep every payload valid: results answer open calls, nothing else interrupts them, and
+    a call id is never open twice (a result could not say which call it answers)."""
+    call_ids = [call["id"] for call in record.get("tool_calls") or ()]
+    if len(set(call_ids)) < len(call_ids):
+        repeated = sorted({i for i in call_ids if call_ids.count(i) > 1})
+        raise InvalidInput(
+            f"message {index}: tool call ids {repeated} appear more than once; each call of a "
+            "message needs an id of its own",
+            code="duplicate_tool_call_id",
+            details={"index": index, "tool_call_ids": repeated},
+        )
     if record["role"] == "tool":
         call_id = record["tool_call_id"]
         match = next((call for call in open_calls if call[0] == call_id), None)

@@ -36,6 +36,7 @@ from app.context.records import (
     HeadState,
     IdempotentResult,
     StatsDelta,
+    refuse_reserved,
     request_hash,
 )
 from app.db.engine import Database
@@ -329,8 +330,9 @@ class ContextStore:
         idempotency_key: str | None,
         thread_id: int = 0,
     ) -> tuple[dict[str, Any], bool]:
-        """Append a batch to a context; returns the append response and whether it was a
-        replay."""
+        """Append a posted batch to a context; returns the append response and whether it was
+        a replay. (The service's own records go through :meth:`append_locked`.)"""
+        refuse_reserved(messages)
         future: asyncio.Future[tuple[dict[str, Any], bool]] = (
             asyncio.get_running_loop().create_future()
         )

@@ -1,14 +1,13 @@
 """Message bodies: the OpenAI chat message shape, plus the seeds' ``tool_name``.
 
-Unknown extra fields are accepted and kept in ``messages.jsonl``; payloads carry only what the
-provider's schema allows.
+Unknown extra fields are accepted and kept in ``messages.jsonl`` (but for the names the service
+reserves for its own records: app/context/records.py), payloads carry only what the provider's
+schema allows.
 """
 
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
-
-from app.context.records import ENVELOPE_FIELDS
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -142,9 +141,6 @@ class MessageIn(BaseModel):
 
     @model_validator(mode="after")
     def _check_role_rules(self) -> "MessageIn":
-        clash = ENVELOPE_FIELDS & (self.model_extra or {}).keys()
-        if clash:
-            raise ValueError(f"{sorted(clash)} are set by the service, not by a message")
         role = self.role
         if role != "assistant" and (self.tool_calls is not None or self.usage is not None):
             raise ValueError("only assistant messages carry tool_calls or usage")
@@ -169,8 +165,13 @@ class MessageIn(BaseModel):
         return self
 
     def fields(self) -> dict[str, Any]:
-        """The message as stored: set fields and extras, JSON-ready."""
-        return self.model_dump(mode="json", exclude_none=True) | {"content": self.content_json()}
+        """The message as stored: set fields, and extras as posted (nulls too), JSON-ready."""
+        nulls = {name: None for name, value in (self.model_extra or {}).items() if value is None}
+        return (
+            self.model_dump(mode="json", exclude_none=True)
+            | nulls
+            | {"content": self.content_json()}
+        )
 
     def content_json(self) -> Any:
         if isinstance(self.content, list):

@@ -147,6 +147,27 @@ async def test_batch_is_all_or_nothing(
     assert (await history(client, task_uuid))["last_seq"] == 1
 
 
+async def test_two_calls_with_one_id_are_refused(
+    client: httpx.AsyncClient, task: dict[str, Any], context_dir: Path
+) -> None:
+    """A result could not say which of two calls with one id it answers: 422, nothing written,
+    and the task goes on taking messages."""
+    task_uuid = task["uuid"]
+    call = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    before = snapshot_dir(context_dir)
+    response = await client.post(
+        f"/tasks/{task_uuid}/messages",
+        json={"role": "assistant", "content": None, "tool_calls": [call, call]},
+    )
+    details = assert_error(response, 422, "duplicate_tool_call_id")
+    assert details == {"index": 0, "tool_call_ids": ["call_1"]}
+    assert snapshot_dir(context_dir) == before
+    response = await client.post(
+        f"/tasks/{task_uuid}/messages", json={"role": "user", "content": "hi"}
+    )
+    assert response.status_code == 201, response.text
+
+
 # -- history ------------------------------------------------------------------------------
 
 

@@ -1,8 +1,9 @@
 """Unit tests of the effective context (app/context/effective.py): which records a payload shows.
 
 Records are built by hand: a message is ``{"seq", "role", "content", "tokens"}``; a compaction
-marker adds ``"marker"`` and ``"hides": [a, b]`` and stands at position a; a rewind marker is
-``{"seq", "marker": "rewind", "to_seq", "include_target"}``.
+marker adds the envelope ``"type": "marker"``, ``"marker"`` and ``"hides": [a, b]`` and stands at
+position a; a rewind marker is ``{"seq", "type": "marker", "marker": "rewind", "to_seq",
+"include_target"}``.
 """
 
 from typing import Any
@@ -26,6 +27,7 @@ def compaction(seq: int, low: int, high: int, kind: str = "condense") -> Record:
         "seq": seq,
         "role": "user",
         "content": f"{kind} {low}-{high}",
+        "type": "marker",
         "marker": kind,
         "hides": [low, high],
         "tokens": 3,
@@ -36,6 +38,7 @@ def rewind(seq: int, to_seq: int, include_target: bool = False) -> Record:
     """A rewind marker appended at ``seq``."""
     return {
         "seq": seq,
+        "type": "marker",
         "marker": "rewind",
         "to_seq": to_seq,
         "include_target": include_target,

@@ -193,7 +193,8 @@ def test_record_tiers() -> None:
 def test_empty_input() -> None:
     """No messages (marker records are not messages): a one-line digest that says so."""
     assert extractive_digest([]) == "Extractive digest of 0 messages."
-    assert extractive_digest([{"seq": 3, "marker": "rewind"}]) == "Extractive digest of 0 messages."
+    rewind = {"seq": 3, "type": "marker", "marker": "rewind", "to_seq": 1}
+    assert extractive_digest([rewind]) == "Extractive digest of 0 messages."
 
 
 def test_sections_and_outcomes() -> None:
@@ -432,7 +433,8 @@ def test_an_earlier_summary_is_kept_as_such_when_condensing_again() -> None:
     its share) under its own heading, not cut down like a user request."""
     earlier = "Previous work: fixed src/auth.py login bug. " + "Details. " * 200
     records = [
-        {"seq": 40, "role": "user", "content": earlier, "marker": "condense", "hides": [3, 30]},
+        {"seq": 40, "role": "user", "content": earlier, "type": "marker", "marker": "condense"}
+        | {"hides": [3, 30]},
         {"seq": 41, "role": "user", "content": "Now add tests."},
         {"seq": 42, "role": "assistant", "content": "Adding tests for the login flow."},
     ]

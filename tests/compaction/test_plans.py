@@ -237,7 +237,8 @@ def test_entry_of_records_and_markers() -> None:
     """Entry.of: a record stands at its seq; a marker at hides[0], reaching to hides[1]."""
     record = {"seq": 7, "role": "tool", "tokens": 12, "tool_call_id": "x", "content": "r"}
     assert Entry.of(record) == Entry(position=7, seq=7, role="tool", tokens=12, marker=None)
-    marker = {"seq": 9, "role": "user", "tokens": 4, "marker": "truncation", "hides": [3, 6]}
+    marker = {"seq": 9, "role": "user", "tokens": 4, "type": "marker", "marker": "truncation"}
+    marker["hides"] = [3, 6]
     entry = Entry.of(marker)
     assert (entry.position, entry.seq, entry.marker, entry.last) == (3, 9, "truncation", 6)
 
