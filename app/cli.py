@@ -1,14 +1,16 @@
-"""``context-service serve|migrate|openapi|cleanup``."""
+"""``context-service serve|migrate|openapi|cleanup|repair``."""
 
 import argparse
 import asyncio
+import json
+import uuid
 
 import uvicorn
 import yaml
 
 from app.config import Settings
 from app.db.engine import open_database
-from app.errors import InvalidInput
+from app.errors import AppError, InvalidInput
 from app.lifespan import open_services, prepare_storage
 from app.maintenance.schemas import MAX_DAYS, CleanupReport
 from app.observability.logs import configure_logging
@@ -39,6 +41,16 @@ async def _cleanup(settings: Settings, older_than_days: int | None, dry_run: boo
         return await services.maintenance.cleanup(older_than_days, dry_run=dry_run)
 
 
+async def _repair(settings: Settings, task_uuid: str, thread_id: int) -> dict[str, object]:
+    async with open_services(settings) as services:
+        lost = await services.store.accept_loss(task_uuid, thread_id)
+    return {"uuid": task_uuid, "thread_id": thread_id, "repaired": lost is not None, "lost": lost}
+
+
+def _uuid(value: str) -> str:
+    return str(uuid.UUID(value))
+
+
 def _days(value: str) -> int:
     days = int(value)
     if not 0 <= days <= MAX_DAYS:
@@ -67,6 +79,13 @@ def main(argv: list[str] | None = None) -> None:
         help=f"0..{MAX_DAYS}; 0: every finished task (default: CLEANUP_DAYS)",
     )
     cleanup.add_argument("--dry-run", action="store_true", help="report only; change nothing")
+    repair = commands.add_parser(
+        "repair",
+        help="accept the loss of a task whose messages.jsonl lost committed messages "
+        "(task_files_damaged): serve what remains, never reissue the lost seqs",
+    )
+    repair.add_argument("uuid", type=_uuid, help="the task's uuid")
+    repair.add_argument("--thread-id", type=int, default=0, help="a thread of the task (0: root)")
     args = parser.parse_args(argv)
     if args.command == "openapi":
         print(openapi_yaml(), end="")
@@ -79,5 +98,11 @@ def main(argv: list[str] | None = None) -> None:
         except InvalidInput as exc:
             parser.error(exc.message)
         print(report.model_dump_json(indent=2))
+    elif args.command == "repair":
+        try:
+            repaired = asyncio.run(_repair(settings, args.uuid, args.thread_id))
+        except AppError as exc:
+            parser.error(exc.message)
+        print(json.dumps(repaired))
     else:
         uvicorn.run("app.main:app", host=args.host, port=args.port, workers=args.workers)

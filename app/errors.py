@@ -7,7 +7,7 @@
      ├── Conflict                 409  (invalid_transition, task_not_writable, ...)
      ├── TooLarge                 413  (body_too_large, message_too_large, context_over_budget)
      ├── InvalidInput             422  (validation_error, unknown_tool_call, ...)
-     └── StorageError             500  (storage_corrupt, ...)
+     └── StorageError             500  (storage_corrupt, task_files_damaged, ...)
 
 Every error leaves the service as ``{"error": {"code", "message", "details"}}``.
 """
@@ -65,6 +65,24 @@ class InvalidInput(AppError):
 class StorageError(AppError):
     status_code = 500
     default_code = "storage_error"
+
+
+class ContextFilesDamaged(StorageError):
+    """A context's messages.jsonl holds fewer bytes than were committed: acknowledged messages
+    are missing. Nothing is served or appended (a seq must never be issued twice) until an
+    operator restores the file or accepts the loss."""
+
+    def __init__(self, task_uuid: str, thread_id: int, details: dict[str, Any]) -> None:
+        missing = details["missing_seqs"]
+        super().__init__(
+            f"task {task_uuid} thread {thread_id}: messages.jsonl holds {details['found_bytes']} "
+            f"of its {details['committed_bytes']} committed bytes; seqs {missing[0]}..{missing[1]} "
+            "are missing. Restore the file from a backup, or accept the loss with "
+            f"`context-service repair {task_uuid}"
+            + (f" --thread-id {thread_id}`" if thread_id else "`"),
+            code="task_files_damaged",
+            details={"uuid": task_uuid, "thread_id": thread_id, **details},
+        )
 
 
 class TaskNotFound(NotFound):

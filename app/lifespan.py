@@ -74,8 +74,15 @@ def build_services(
     locks: TaskLocks,
     counting: TokenCounting,
 ) -> Services:
-    store = ContextStore(db=db, layout=layout, locks=locks, counting=counting, settings=settings)
     metrics = Metrics()
+    store = ContextStore(
+        db=db,
+        layout=layout,
+        locks=locks,
+        counting=counting,
+        settings=settings,
+        on_damaged_files=metrics.damaged_files.inc,
+    )
     backends = build_backends(settings, http, metrics)
     jobs = JobQueue(db, max_attempts=settings.job_max_attempts, lease_s=settings.job_lease_s)
     inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance_wait_s)

@@ -26,10 +26,12 @@ from app.context.records import (
     count_record,
     current_line,
 )
+from app.errors import ContextFilesDamaged
 from app.storage.jsonl import (
     append_bytes,
     dumps_line,
     iter_lines,
+    iter_lines_backward,
     last_record,
     offset_after_seq,
     repair_tail,
@@ -74,29 +76,23 @@ class ContextFiles:
 class Recovery:
     head: HeadState
     stats: StatsDelta = field(default_factory=StatsDelta)
-    # True when the history had to be re-read from the start: stats are totals, not deltas.
+    # True when the history was re-read from the start (an operator's repair): stats are
+    # totals, not deltas.
     stats_are_totals: bool = False
     idempotent_results: list[IdempotentResult] = field(default_factory=list)
     changed: bool = False
 
 
-def recover(files: ContextFiles, head: HeadState, *, fsync: bool, context: str) -> Recovery:
+def recover(files: ContextFiles, head: HeadState, *, fsync: bool, where: "Where") -> Recovery:
     if files.in_agreement_with(head):
         return Recovery(head=head)
     messages_size = max(size_of(files.messages), 0)
-    from_scratch = messages_size < head.messages_bytes
-    if from_scratch:
-        log.error(
-            "%s: messages.jsonl is shorter than its committed head (%d < %d bytes): rebuilding "
-            "the context from what remains",
-            context,
-            messages_size,
-            head.messages_bytes,
-        )
-    base = HeadState() if from_scratch else head
-    batches = _read_batches(files, base, head.messages_bytes, fsync=fsync, context=context)
+    if messages_size < head.messages_bytes:  # acknowledged bytes lost: never reissue their seqs
+        raise ContextFilesDamaged(where.task_uuid, where.thread_id, damage(files, head))
+    context = str(where)
+    batches = _read_batches(files, head, fsync=fsync, context=context)
     records = [record for batch in batches for record, _ in batch]
-    if records and not from_scratch:
+    if records:
         log.warning(
             "%s: recovered messages %d..%d that were written but not committed",
             context,
@@ -104,23 +100,78 @@ def recover(files: ContextFiles, head: HeadState, *, fsync: bool, context: str) 
             records[-1]["seq"],
         )
     current_size = size_of(files.current)
-    if from_scratch or current_size < base.current_bytes or any(map(is_marker, records)):
-        if not from_scratch and current_size < base.current_bytes:
+    if current_size < head.current_bytes or any(map(is_marker, records)):
+        if current_size < head.current_bytes:
             log.warning("%s: current.jsonl is missing or short: rebuilding it", context)
-        new_head, totals = rebuild(files, fsync=fsync)
-        stats = totals if from_scratch else _stats_of(records)
+        new_head, _ = rebuild(files, fsync=fsync)
         results = _idempotent_results(batches, new_head.context_tokens)
-        return Recovery(new_head, stats, from_scratch, results, changed=True)
-    accumulator = ContextAccumulator(base)
+        return Recovery(new_head, _stats_of(records), False, results, changed=True)
+    accumulator = ContextAccumulator(head)
     lines: list[bytes] = []
     results = []
     for batch in batches:
         lines += [accumulator.admit(record, line) for record, line in batch]
         results += _idempotent_results([batch], accumulator.head.context_tokens)
-    if current_size > base.current_bytes:
-        truncate(files.current, base.current_bytes, fsync=fsync)
+    if current_size > head.current_bytes:
+        truncate(files.current, head.current_bytes, fsync=fsync)
     append_bytes(files.current, b"".join(lines), fsync=fsync)
     return Recovery(accumulator.head, accumulator.stats, False, results, changed=True)
+
+
+@dataclass(frozen=True)
+class Where:
+    """Which context a repair is about, for errors and logs."""
+
+    task_uuid: str
+    thread_id: int
+
+    def __str__(self) -> str:
+        return f"task {self.task_uuid} thread {self.thread_id}"
+
+
+def damage(files: ContextFiles, head: HeadState) -> dict[str, Any]:
+    """What a messages.jsonl shorter than its committed head has lost."""
+    intact = last_intact_seq(files.messages)
+    return {
+        "file": MESSAGES,
+        "committed_bytes": head.messages_bytes,
+        "found_bytes": max(size_of(files.messages), 0),
+        "committed_last_seq": head.last_seq,
+        "missing_seqs": [intact + 1, head.last_seq],
+    }
+
+
+def last_intact_seq(path: Path) -> int:
+    """The seq of the last whole record of a file (0 if none): its tail may be torn."""
+    if size_of(path) <= 0:
+        return 0
+    with open(path, "rb") as f:
+        for line in iter_lines_backward(f, size_of(path)):
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("seq"), int):
+                return int(record["seq"])
+    return 0
+
+
+def accept_loss(
+    files: ContextFiles, head: HeadState, timestamp: str, *, fsync: bool, where: Where
+) -> tuple[HeadState, StatsDelta, list[int]] | None:
+    """An operator's repair of a damaged messages.jsonl: cut its torn tail, record the lost
+    seqs in a ``lost`` marker that takes the last of them (so no seq is issued twice), and
+    rebuild current.jsonl from what remains. None when the file was not damaged."""
+    if max(size_of(files.messages), 0) >= head.messages_bytes:
+        return None
+    lost = damage(files, head)["missing_seqs"]
+    repair_tail(files.messages, fsync=fsync, context=str(where))
+    marker = {"seq": head.last_seq, "type": MARKER_TYPE, "marker": "lost", "lost": lost}
+    marker |= {"timestamp": timestamp, "tokens": 0}
+    append_bytes(files.messages, dumps_line(marker), fsync=fsync)
+    log.error("%s: accepted the loss of seqs %d..%d", where, lost[0], lost[1])
+    new_head, totals = rebuild(files, fsync=fsync)
+    return new_head, totals, lost
 
 
 def rebuild(files: ContextFiles, *, fsync: bool) -> tuple[HeadState, StatsDelta]:
@@ -236,17 +287,13 @@ Batch = list[tuple[dict[str, Any], bytes]]
 
 
 def _read_batches(
-    files: ContextFiles, head: HeadState, committed: int, *, fsync: bool, context: str
+    files: ContextFiles, head: HeadState, *, fsync: bool, context: str
 ) -> list[Batch]:
-    """The records after the head, in batches; everything from the first bad line is cut.
-
-    Past the ``committed`` byte count nothing was acknowledged, and a batch is acknowledged
-    whole or not at all: there, a batch whose tail was lost is cut too. Below it (bytes lost
-    from a damaged file), every surviving record was acknowledged and is kept.
-    """
+    """The whole batches after the head; everything from the first bad line is cut. Nothing
+    there was acknowledged, and a batch is acknowledged whole or not at all: a batch whose tail
+    was lost is cut too."""
     batches: list[Batch] = []
     batch: Batch = []
-    kept = 0  # records of the unfinished batch that lie below `committed`
     remaining = 0
     expected_seq = head.last_seq + 1
     end = head.messages_bytes
@@ -265,14 +312,9 @@ def _read_batches(
         batch.append((record, line + b"\n"))
         remaining -= 1
         expected_seq += 1
-        line_end = offset + len(line) + 1
         if remaining == 0:
             batches.append(batch)
-            batch, kept, end = [], 0, line_end
-        elif line_end <= committed:
-            kept, end = len(batch), line_end
-    if kept:
-        batches.append(batch[:kept])
+            batch, end = [], offset + len(line) + 1
     size = max(size_of(files.messages), 0)
     if end != size:
         log.warning("%s: cut %d torn bytes from messages.jsonl", context, size - end)

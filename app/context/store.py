@@ -26,6 +26,8 @@ from app.config import Settings
 from app.context.files import (
     ContextFiles,
     Recovery,
+    Where,
+    accept_loss,
     append_response,
     rebuild,
     recover,
@@ -43,6 +45,7 @@ from app.db.engine import Database
 from app.db.models import ContextHead, IdempotencyKey, Task, Thread
 from app.errors import (
     AppError,
+    ContextFilesDamaged,
     InvalidInput,
     StorageError,
     TaskNotFound,
@@ -149,6 +152,7 @@ class ContextStore:
         locks: TaskLocks,
         counting: TokenCounting,
         settings: Settings,
+        on_damaged_files: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
         self.layout = layout
@@ -160,6 +164,7 @@ class ContextStore:
             smoothing=settings.calibration_smoothing,
         )
         self.fsync = settings.fsync == "always"
+        self._on_damaged_files = on_damaged_files
         self._max_message_bytes = settings.max_message_bytes
         self._pending: dict[tuple[str, int], list[_PendingAppend]] = {}
         self._drainers: dict[tuple[str, int], asyncio.Task[None]] = {}
@@ -212,7 +217,12 @@ class ContextStore:
                     code="head_missing",
                 )
             await asyncio.to_thread(self._ensure_directory, task)
-            yield LockedTask(task, _head_state(head), thread_id, threads)
+            try:
+                yield LockedTask(task, _head_state(head), thread_id, threads)
+            except ContextFilesDamaged:
+                if self._on_damaged_files is not None:
+                    self._on_damaged_files()
+                raise
 
     async def other_context(self, locked: LockedTask, thread_id: int) -> LockedTask:
         """Another context of the locked task (the lock already held), its files recovered."""
@@ -315,7 +325,7 @@ class ContextStore:
             self.files(locked),
             locked.head,
             fsync=self.fsync,
-            context=f"task {task.uuid} thread {locked.thread_id}",
+            where=Where(task.uuid, locked.thread_id),
         )
         if recovery.changed:
             await self._save(locked, recovery, recovery.head, StatsDelta(), [])
@@ -411,9 +421,7 @@ class ContextStore:
         if keys:
             async with self.db.reader() as session:
                 known = await load_idempotency_keys(session, task.uuid, keys)
-        outcome = await asyncio.to_thread(
-            self._write_group, self.files(locked), task.token_counter, head, group, known
-        )
+        outcome = await asyncio.to_thread(self._write_group, locked, group, known)
         if outcome.recovery.changed or outcome.head != head:  # refusals change nothing
             await self._save(
                 locked, outcome.recovery, outcome.head, outcome.stats, outcome.new_keys
@@ -426,16 +434,15 @@ class ContextStore:
 
     def _write_group(
         self,
-        files: ContextFiles,
-        counter_name: str,
-        head: HeadState,
+        locked: LockedTask,
         group: list[_PendingAppend],
         known: dict[str, IdempotentResult],
     ) -> _GroupOutcome:
-        recovery = recover(files, head, fsync=self.fsync, context=f"dir {files.directory}")
+        files, where = self.files(locked), Where(locked.task.uuid, locked.thread_id)
+        recovery = recover(files, locked.head, fsync=self.fsync, where=where)
         known = known | {r.key: r for r in recovery.idempotent_results}
         accumulator = ContextAccumulator(recovery.head)
-        costs = self.counting.costs(counter_name)  # here: loading an encoding blocks
+        costs = self.counting.costs(locked.task.token_counter)  # here: loading one blocks
         outcome = _GroupOutcome(recovery=recovery, head=recovery.head, stats=StatsDelta())
         record_lines: list[bytes] = []
         current_lines: list[bytes] = []
@@ -469,6 +476,26 @@ class ContextStore:
         outcome.head = accumulator.head
         outcome.stats = accumulator.stats
         return outcome
+
+    async def accept_loss(self, task_uuid: str, thread_id: int = 0) -> list[int] | None:
+        """An operator's repair of a context whose messages.jsonl lost committed bytes: what
+        remains becomes the context, the lost seqs are recorded and never issued again.
+        Returns the lost seq range, or None if the context was not damaged."""
+        async with self.locked(task_uuid, thread_id) as locked:
+            repaired = await asyncio.to_thread(
+                accept_loss,
+                self.files(locked),
+                locked.head,
+                utc_timestamp(),
+                fsync=self.fsync,
+                where=Where(task_uuid, thread_id),
+            )
+            if repaired is None:
+                return None
+            head, totals, lost = repaired
+            recovery = Recovery(head, totals, stats_are_totals=True, changed=True)
+            await self._save(locked, recovery, head, StatsDelta(), [])
+            return lost
 
     async def save_head(self, locked: LockedTask, head: HeadState, *, compactions: int = 0) -> None:
         """Commit a head rebuilt by a compaction or rewind. Hold the task lock."""

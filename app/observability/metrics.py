@@ -52,6 +52,12 @@ class Metrics:
         self.messages = Counter(
             "context_messages_appended", "Messages committed by appends.", registry=r
         )
+        self.damaged_files = Counter(
+            "context_damaged_files",
+            "Accesses refused because a context's messages.jsonl has lost committed bytes "
+            "(task_files_damaged: an operator restores the file or runs context-service repair).",
+            registry=r,
+        )
         self.compactions = Counter(
             "context_compactions",
             "Compaction operations by outcome: condense, truncation, elision, skipped, failed.",

@@ -7,6 +7,8 @@ locked access compares the files with the committed head (context_heads) and rep
 import logging
 import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,8 @@ import pytest
 
 from app.context.files import ContextFiles, CurrentRender
 from app.context.records import openai_message
-from tests.conftest import CORPUS, task_body
+from tests.api.helpers import assert_error
+from tests.conftest import CORPUS, REPO, task_body
 from tests.storage.support import (
     append_raw,
     build_batch,
@@ -393,49 +396,95 @@ def _keep_records(path: Path, count: int, extra: bytes = b"") -> list[dict[str, 
     return [orjson.loads(line) for line in lines[:count]]
 
 
+def repair(context_dir: Path, uuid: str) -> dict[str, Any]:
+    """``context-service repair UUID`` as an operator runs it (a real process)."""
+    env = {k: v for k, v in os.environ.items() if k.upper() != "FSYNC"}
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "context-service"), "repair", uuid],
+        cwd=REPO,
+        env=env | {"CONTEXT_DIR": str(context_dir)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = orjson.loads(result.stdout)
+    return report
+
+
 @pytest.mark.parametrize("extra", [b"", b'{"seq": 3, "role": "assi'], ids=["clean", "mid-line"])
-async def test_messages_shorter_than_head_rebuilds_context(
+async def test_lost_committed_messages_refuse_the_task_until_repaired(
     client: httpx.AsyncClient,
     longer: tuple[str, Path],
-    caplog: pytest.LogCaptureFixture,
+    context_dir: Path,
     extra: bytes,
 ) -> None:
-    """messages.jsonl cut to its first 2 records (bytes lost below the committed head): the
-    context is rebuilt from what remains, statistics are recomputed as totals, current.jsonl is
-    rebuilt, nothing crashes and the next append gets seq 3."""
+    """messages.jsonl cut to its first 2 records (bytes lost below the committed head): every
+    access answers task_files_damaged naming the missing seqs, nothing is cut or appended, a
+    metric counts it; the operator's repair serves what remains and the next append gets seq 7,
+    never a lost seq again."""
     uuid, directory = longer
     kept = _keep_records(directory / "messages.jsonl", 2, extra)
+    damaged = (directory / "messages.jsonl").read_bytes()
 
-    with caplog.at_level(logging.WARNING):
-        payload = await get_json(client, f"/tasks/{uuid}/request")
-    assert any("shorter than its committed head" in m for m in _recovery_logs(caplog))
+    for method, path, body in [
+        ("GET", f"/tasks/{uuid}/request", None),
+        ("GET", f"/tasks/{uuid}/messages", None),
+        ("GET", f"/tasks/{uuid}", None),
+        ("POST", f"/tasks/{uuid}/messages", {"role": "user", "content": "!"}),
+    ]:
+        response = await client.request(method, path, json=body)
+        details = assert_error(response, 500, "task_files_damaged")
+        assert details["missing_seqs"] == [3, 6]
+        assert details["committed_last_seq"] == 6
+        assert details["found_bytes"] == len(damaged)
+        assert f"context-service repair {uuid}" in response.json()["error"]["message"]
+    assert (directory / "messages.jsonl").read_bytes() == damaged
+    metrics = (await client.get("/metrics")).text
+    assert "context_damaged_files_total 4.0" in metrics
+
+    assert repair(context_dir, uuid) == {
+        "uuid": uuid,
+        "thread_id": 0,
+        "repaired": True,
+        "lost": [3, 6],
+    }
+    payload = await get_json(client, f"/tasks/{uuid}/request")
     assert payload["messages"] == [openai_message(r) for r in kept]
     assert (directory / "current.jsonl").read_bytes() == current_lines_of(kept)
-    assert (directory / "messages.jsonl").read_bytes() == lines_of(kept)
+    records = records_of(directory / "messages.jsonl")
+    assert records[:2] == kept
+    assert records[2]["seq"] == 6
+    assert (records[2]["type"], records[2]["marker"], records[2]["lost"]) == (
+        "marker",
+        "lost",
+        [3, 6],
+    )
 
     task = await get_json(client, f"/tasks/{uuid}")
-    assert task["context"]["last_seq"] == 2
+    assert task["context"]["last_seq"] == 6
     assert task["context"]["messages"] == 2
     stats = task["statistics"]
     assert (stats["total_messages"], stats["llm_call_count"], stats["tool_call_count"]) == (2, 0, 0)
     assert stats["total_tokens"] == 0
-    history = await get_json(client, f"/tasks/{uuid}/messages")
-    assert history["messages"] == kept
 
     appended = await post_json(client, f"/tasks/{uuid}/messages", {"role": "user", "content": "!"})
-    assert appended["seqs"] == [3]
+    assert appended["seqs"] == [7]
     assert (await get_json(client, f"/tasks/{uuid}"))["statistics"]["total_messages"] == 3
+    assert repair(context_dir, uuid)["repaired"] is False  # nothing left to repair
 
 
-async def test_lost_bytes_leave_an_open_tool_call(
-    client: httpx.AsyncClient, longer: tuple[str, Path]
+async def test_a_repair_leaves_an_open_tool_call_open(
+    client: httpx.AsyncClient, longer: tuple[str, Path], context_dir: Path
 ) -> None:
-    """Cut right after the assistant's tool call: the rebuilt head knows the call is open again,
-    so only its result is accepted next (tool pairing survives the rebuild)."""
+    """Cut right after the assistant's tool call: after the repair the call is open again, so
+    only its result is accepted next (tool pairing survives the loss)."""
     uuid, directory = longer
     _keep_records(directory / "messages.jsonl", 3)
+    assert repair(context_dir, uuid)["lost"] == [4, 6]
     task = await get_json(client, f"/tasks/{uuid}")
-    assert task["context"]["last_seq"] == 3
+    assert task["context"]["last_seq"] == 6
     assert task["statistics"]["tool_call_count"] == 1
     assert task["statistics"]["llm_call_count"] == 1
     assert task["statistics"]["total_tokens"] == 15
@@ -443,24 +492,26 @@ async def test_lost_bytes_leave_an_open_tool_call(
     assert pending.status_code == 409
     assert pending.json()["error"]["code"] == "tool_results_pending"
     result = {"role": "tool", "tool_call_id": "call_a", "content": "again"}
-    assert (await post_json(client, f"/tasks/{uuid}/messages", result))["seqs"] == [4]
+    assert (await post_json(client, f"/tasks/{uuid}/messages", result))["seqs"] == [7]
 
 
-async def test_lost_bytes_inside_a_committed_batch_keep_what_survives(
-    client: httpx.AsyncClient, longer: tuple[str, Path]
+async def test_bytes_lost_inside_a_committed_batch_are_damage_too(
+    client: httpx.AsyncClient, longer: tuple[str, Path], context_dir: Path
 ) -> None:
     """Bytes lost in the middle of a committed batch (seq 5-6, batch_size 2; only seq 5 left):
-    seq 5 was acknowledged, so the rebuild keeps it (the all-or-nothing rule only applies to
-    bytes past the committed head) and appends continue after it."""
+    seq 6 was acknowledged, so it is damage, not a torn tail; the repair keeps seq 5."""
     uuid, directory = longer
     kept = _keep_records(directory / "messages.jsonl", 5)
     assert kept[-1]["batch_size"] == 2
+    response = await client.get(f"/tasks/{uuid}")
+    assert assert_error(response, 500, "task_files_damaged")["missing_seqs"] == [6, 6]
+    assert repair(context_dir, uuid)["lost"] == [6, 6]
     task = await get_json(client, f"/tasks/{uuid}")
-    assert task["context"]["last_seq"] == 5
+    assert task["context"]["last_seq"] == 6
     assert task["statistics"]["total_messages"] == 5
-    assert (directory / "messages.jsonl").read_bytes() == lines_of(kept)
+    assert records_of(directory / "messages.jsonl")[:5] == kept
     appended = await post_json(client, f"/tasks/{uuid}/messages", {"role": "user", "content": "!"})
-    assert appended["seqs"] == [6]
+    assert appended["seqs"] == [7]
 
 
 # -- (7) current.jsonl is a function of messages.jsonl (SPEC §3.2) ------------------------
