@@ -68,22 +68,6 @@ async def test_a_reserved_field_is_refused_and_nothing_is_written(
     assert payload["messages"][0] == {"role": "system", "content": "You are a coder."}
 
 
-async def test_a_thread_append_refuses_reserved_fields_too(
-    client: httpx.AsyncClient, context_dir: Path
-) -> None:
-    uuid = await start(client)
-    response = await client.post(f"/tasks/{uuid}/threads", json={"label": "look around"})
-    assert response.status_code == 201, response.text
-    thread = response.json()["thread_id"]
-    before = snapshot_dir(context_dir)
-    response = await client.post(
-        f"/tasks/{uuid}/messages?thread_id={thread}",
-        json={"role": "user", "content": "evil", "stelis_anchor": 1},
-    )
-    assert assert_error(response, 422, "reserved_field")["fields"] == ["stelis_anchor"]
-    assert snapshot_dir(context_dir) == before
-
-
 def legacy_line(seq: int, **fields: Any) -> bytes:
     """A record as an older version of the service wrote it (no envelope)."""
     record = {"seq": seq, **fields, "timestamp": "2026-01-01T00:00:00+00:00", "tokens": 5}
