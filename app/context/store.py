@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-import orjson
 from sqlalchemy import Update, and_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -27,8 +26,10 @@ from app.context.files import (
     ContextFiles,
     Recovery,
     append_response,
+    read_metadata,
     rebuild,
     recover,
+    require_metadata,
     write_group,
 )
 from app.context.records import (
@@ -50,7 +51,7 @@ from app.errors import (
     ThreadNotFound,
 )
 from app.storage.jsonl import first_damaged_line, fsync_dir, truncate
-from app.storage.layout import CURRENT, MESSAGES, METADATA, STATUS_DIRS, Layout, context_dir
+from app.storage.layout import CURRENT, MESSAGES, STATUS_DIRS, Layout, context_dir
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
 from app.tokens.counting import TokenCounting
@@ -410,7 +411,13 @@ class ContextStore:
             async with self.db.reader() as session:
                 known = await load_idempotency_keys(session, task.uuid, keys)
         outcome = await asyncio.to_thread(
-            self._write_group, self.files(locked), task.token_counter, head, group, known
+            self._write_group,
+            self.task_dir(task),
+            self.files(locked),
+            task.token_counter,
+            head,
+            group,
+            known,
         )
         if outcome.recovery.changed or outcome.head != head:  # refusals change nothing
             await self._save(
@@ -424,12 +431,14 @@ class ContextStore:
 
     def _write_group(
         self,
+        task_dir: Path,
         files: ContextFiles,
         counter_name: str,
         head: HeadState,
         group: list[_PendingAppend],
         known: dict[str, IdempotentResult],
     ) -> _GroupOutcome:
+        require_metadata(task_dir)
         recovery = recover(files, head, fsync=self.fsync, context=f"dir {files.directory}")
         known = known | {r.key: r for r in recovery.idempotent_results}
         accumulator = ContextAccumulator(recovery.head)
@@ -577,7 +586,7 @@ class ContextStore:
 def _open_snapshot(
     task_dir: Path, files: ContextFiles, file_name: str
 ) -> tuple[BinaryIO, dict[str, Any]]:
-    metadata = orjson.loads((task_dir / METADATA).read_bytes())
+    metadata = read_metadata(task_dir)
     return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
 
 
