@@ -29,10 +29,11 @@ test: $(STAMP) ## the whole test suite on SQLite and on PostgreSQL, side by side
 test-sqlite: $(STAMP) ## the whole test suite on SQLite
 	$(BIN)/pytest
 
-# scripts/test-postgres installs Debian's PostgreSQL when missing and starts a throwaway server;
-# its failure fails the target (never a silent run on SQLite).
+# scripts/test-postgres installs Debian's PostgreSQL when missing and starts a throwaway server,
+# stopped when the suite ends (one already running is used and left running); its failure
+# fails the target (never a silent run on SQLite).
 test-postgres: $(STAMP) ## the whole test suite on PostgreSQL (a throwaway server on 127.0.0.1)
-	url=$$(scripts/test-postgres) && TEST_DATABASE_URL=$$url $(BIN)/pytest
+	scripts/test-postgres run $(BIN)/pytest
 
 lint: $(STAMP) ## ruff (lint + format check), mypy, alembic check
 	$(BIN)/ruff check .

@@ -105,4 +105,11 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(exc.message)
         print(json.dumps(repaired))
     else:
-        uvicorn.run("app.main:app", host=args.host, port=args.port, workers=args.workers)
+        uvicorn.run(
+            "app.main:app",
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            limit_concurrency=settings.max_connections,
+            timeout_keep_alive=settings.keep_alive_timeout_s,
+        )

@@ -99,6 +99,27 @@ class Settings(BaseSettings):
         8 * MiB, ge=1024, description="A history page stops after this many bytes of records."
     )
 
+    # What one client may hold of the server. `context-service serve` passes the connection
+    # limits to uvicorn; the JSON depth and the body read time hold however the app is served.
+    max_json_depth: int = Field(
+        64,
+        ge=2,
+        le=200,  # what is stored nests a few levels deeper; its serializers stop near 255
+        description="Deepest nesting of arrays and objects in a JSON body; deeper: 422.",
+    )
+    body_read_timeout_s: float = Field(
+        60.0, gt=0, description="A body not whole this long after its headers: 408, closed."
+    )
+    max_connections: int = Field(
+        512,
+        ge=1,
+        description="Connections (or requests in progress) at once; past it new requests get "
+        "503 and a close. Keep it below the process's open-file limit.",
+    )
+    keep_alive_timeout_s: int = Field(
+        5, ge=1, description="An idle keep-alive connection is closed after this."
+    )
+
     default_context_length: int = Field(128_000, ge=1024)
     context_buffer: float = Field(0.1, ge=0, lt=1, description="Share of the window kept free.")
     condense_threshold: float = Field(0.7, gt=0, le=1)
@@ -211,7 +232,7 @@ class Settings(BaseSettings):
             return value
         value = value.strip()
         if value.startswith("{"):
-            return json.loads(value)
+            return json.loads(value, object_pairs_hook=_unique_names)
         return {f"agent-{i}": {"key": k} for i, k in enumerate(_comma_list(value), 1)}
 
     @field_validator("admin_api_keys", mode="before")
@@ -221,7 +242,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_keys(self) -> Self:
-        """Refuse keys that could never match, or that two names share (which would win?)."""
+        """Refuse keys that could never match, or that two names share (which would win?),
+        and names ADMIN_API_KEYS gives its own keys (one of the two keys would be lost)."""
+        clash = sorted(set(self.api_keys) & set(self._admin_keys()))
+        if clash:
+            raise ValueError(
+                f"API_KEYS names {clash} are the names ADMIN_API_KEYS gives its keys "
+                "(admin-1, admin-2...): rename them, or make them admin keys in API_KEYS"
+            )
         if any(len(key.get_secret_value()) < 16 for key in self.admin_api_keys):
             raise ValueError("API keys must have at least 16 characters")
         secrets = [c.key.get_secret_value() for c in self.auth_keys.values()]
@@ -234,11 +262,13 @@ class Settings(BaseSettings):
     @property
     def auth_keys(self) -> dict[str, ApiKeyConfig]:
         """Every configured key by name: API_KEYS' and ADMIN_API_KEYS' (admin-1, admin-2...)."""
-        admins = {
+        return self.api_keys | self._admin_keys()
+
+    def _admin_keys(self) -> dict[str, ApiKeyConfig]:
+        return {
             f"admin-{i}": ApiKeyConfig(key=key, role="admin")
             for i, key in enumerate(self.admin_api_keys, 1)
         }
-        return self.api_keys | admins
 
     @model_validator(mode="after")
     def _check_llm(self) -> Self:
@@ -258,6 +288,16 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{self.context_dir.resolve() / 'tasks.db'}"
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose names are all different (json.loads keeps the last of a repeated
+    name, and a key configured under it would be dropped without a word)."""
+    names = [name for name, _ in pairs]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"API_KEYS names {repeated} more than once")
+    return dict(pairs)
 
 
 def _comma_list(value: str) -> list[str]:

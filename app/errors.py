@@ -6,8 +6,8 @@
      ├── NotFound                 404  (task_not_found, ...)
      ├── Conflict                 409  (invalid_transition, task_not_writable, ...)
      ├── TooLarge                 413  (body_too_large, message_too_large, context_over_budget)
-     ├── InvalidInput             422  (validation_error, unknown_tool_call, ...)
-     └── StorageError             500  (storage_corrupt, task_files_damaged, ...)
+     ├── InvalidInput             422  (validation_error, json_too_deep, reserved_field, ...)
+     └── StorageError             500  (task_files_damaged, task_metadata_missing, ...)
 
 Every error leaves the service as ``{"error": {"code", "message", "details"}}``.
 """
@@ -120,6 +120,34 @@ class ThreadNotActive(Conflict):
             f"thread {thread_id} of task {task_uuid} is {status}",
             code="thread_not_active",
             details={"uuid": task_uuid, "thread_id": thread_id, "status": status},
+        )
+
+
+class JsonTooDeep(InvalidInput):
+    """A JSON input nests arrays and objects deeper than MAX_JSON_DEPTH: refused before any
+    work (the serializers that store and render it stop at a few hundred levels)."""
+
+    def __init__(self, where: str, limit: int) -> None:
+        super().__init__(
+            f"{where} nests arrays and objects more than {limit} levels deep",
+            code="json_too_deep",
+            details={"where": where, "max_depth": limit},
+        )
+
+
+class TaskMetadataMissing(StorageError):
+    """The task's metadata.json is gone. Its tools, request defaults and summary backend are
+    kept nowhere else, so it cannot be rebuilt; the task's row and history are intact."""
+
+    LOST: ClassVar[tuple[str, ...]] = ("tools", "request_defaults", "summary_backend", "inherit")
+
+    def __init__(self, task_uuid: str) -> None:
+        super().__init__(
+            f"the metadata.json of task {task_uuid} is missing: its tool definitions and "
+            "request defaults exist nowhere else, so its context cannot be served or extended; "
+            "restore the file from a backup of CONTEXT_DIR (nothing was written)",
+            code="task_metadata_missing",
+            details={"uuid": task_uuid, "file": "metadata.json", "lost": list(self.LOST)},
         )
 
 

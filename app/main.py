@@ -42,7 +42,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        read_timeout_s=settings.body_read_timeout_s,
+    )
     app.add_middleware(NulQueryMiddleware)
     # Outside the body limit: a caller without a key has nothing of its body read.
     app.add_middleware(AuthMiddleware, keys=settings.auth_keys)

@@ -4,6 +4,7 @@ import errno
 import logging
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -43,11 +44,22 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def error_response(
+    payload: dict[str, Any], status: int, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """An error answer. A 5xx also ends the connection, and says so: uvicorn drops the
+    connection of an app that raised, and a client told so in advance never sends its next
+    request into a closed socket (where it could not know whether a POST was applied)."""
+    if status >= 500:
+        headers = {**(headers or {}), "Connection": "close"}
+    return JSONResponse(payload, status, headers=headers)
+
+
 def _app_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AppError)
     if exc.status_code >= 500:
         log.error("%s: %s", exc.code, exc.message)
-    return JSONResponse(
+    return error_response(
         error_payload(exc.code, exc.message, exc.details), exc.status_code, headers=exc.headers
     )
 
@@ -97,7 +109,7 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
         # FastAPI's generic 400 for a body it could not decode: malformed JSON like any other.
         return JSONResponse(error_payload("invalid_json", "the body is not UTF-8 JSON"), 422)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
-    return JSONResponse(error_payload(code, str(exc.detail)), exc.status_code, headers=exc.headers)
+    return error_response(error_payload(code, str(exc.detail)), exc.status_code, exc.headers)
 
 
 # Why a write to CONTEXT_DIR (or the database's disk) can fail without anything being wrong
@@ -119,7 +131,7 @@ def _os_error(request: Request, exc: Exception) -> JSONResponse:
     reason = os.strerror(exc.errno or 0)  # no file name: paths stay on the server
     log.error("storage: %s (%s)", reason, exc)
     message = f"the context store cannot be written: {reason}; nothing was acknowledged"
-    return JSONResponse(error_payload(code, message, {"reason": reason}), status)
+    return error_response(error_payload(code, message, {"reason": reason}), status)
 
 
 def _corrupt_record(_: Request, exc: Exception) -> JSONResponse:
@@ -127,12 +139,12 @@ def _corrupt_record(_: Request, exc: Exception) -> JSONResponse:
     repairs torn tails, not bytes changed in the middle). Say so; never guess its content."""
     log.error("a stored record does not parse: %s", exc)
     message = "a stored record of this task does not parse: its file is damaged (see the logs)"
-    return JSONResponse(error_payload("corrupt_record", message), 500)
+    return error_response(error_payload("corrupt_record", message), 500)
 
 
 def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
-    return JSONResponse(error_payload("internal_error", "internal server error"), 500)
+    return error_response(error_payload("internal_error", "internal server error"), 500)
 
 
 def install_error_handlers(app: FastAPI) -> None:

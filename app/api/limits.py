@@ -1,10 +1,11 @@
-"""Limits enforced before the application sees (or stores) anything: the body's size, and
-query strings a database can compare.
+"""Limits enforced before the application sees (or stores) anything: the body's size and the
+time its reading may take, and query strings a database can compare.
 
 Starlette's own RequestBodyLimitMiddleware answers a declared oversized body in plain text,
 which would break the API's one error shape; this one answers in that shape.
 """
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -14,15 +15,19 @@ from app.errors import error_payload
 
 
 class BodyLimitMiddleware:
-    """Answers 413 for bodies over ``max_bytes``, by Content-Length or as they stream in.
+    """Answers 413 for bodies over ``max_bytes``, by Content-Length or as they stream in, and
+    408 (closing the connection) for a body not whole ``read_timeout_s`` after the headers:
+    neither uvicorn nor h11 bounds that time, and a client that stalls mid-body would hold its
+    connection for ever.
 
     The body is buffered up to the limit (the JSON parser needs it whole anyway) and handed
     to the application only when it fits.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, read_timeout_s: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -32,21 +37,17 @@ class BodyLimitMiddleware:
         if declared.isdigit() and int(declared) > self.max_bytes:
             await self._reject(send)
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_bytes:
-                await self._reject(send)
-                return
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        chunks.clear()
+        try:
+            async with asyncio.timeout(self.read_timeout_s):
+                body = await self._read(receive)
+        except TimeoutError:
+            await self._timed_out(send)
+            return
+        if body is None:  # the client left
+            return
+        if len(body) > self.max_bytes:
+            await self._reject(send)
+            return
         delivered = False
 
         async def replay() -> Message:
@@ -57,6 +58,29 @@ class BodyLimitMiddleware:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or its first bytes past the limit; None if the client left."""
+        chunks: list[bytes] = []
+        size = 0
+        while size <= self.max_bytes:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    async def _timed_out(self, send: Send) -> None:
+        payload = error_payload(
+            "body_read_timeout",
+            f"the request body did not arrive whole within {self.read_timeout_s:g} s; "
+            "nothing was done",
+            {"timeout_s": self.read_timeout_s},
+        )
+        await send_error(send, 408, payload, close=True)
 
     async def _reject(self, send: Send) -> None:
         payload = error_payload(

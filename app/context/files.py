@@ -26,7 +26,7 @@ from app.context.records import (
     count_record,
     current_line,
 )
-from app.errors import ContextFilesDamaged
+from app.errors import ContextFilesDamaged, TaskMetadataMissing
 from app.storage.jsonl import (
     append_bytes,
     dumps_line,
@@ -60,9 +60,7 @@ class ContextFiles:
 
     def summary_backend(self) -> str | None:
         """The summary backend the task chose at creation (metadata.json), if any."""
-        choice: str | None = orjson.loads((self.directory / METADATA).read_bytes()).get(
-            "summary_backend"
-        )
+        choice: str | None = read_metadata(self.directory).get("summary_backend")
         return choice
 
     def in_agreement_with(self, head: HeadState) -> bool:
@@ -70,6 +68,22 @@ class ContextFiles:
             size_of(self.messages) == head.messages_bytes
             and size_of(self.current) == head.current_bytes
         )
+
+
+def read_metadata(task_dir: Path) -> dict[str, Any]:
+    """The task's metadata.json; TaskMetadataMissing when it is gone."""
+    try:
+        metadata: dict[str, Any] = orjson.loads((task_dir / METADATA).read_bytes())
+    except FileNotFoundError:
+        raise TaskMetadataMissing(task_dir.name) from None
+    return metadata
+
+
+def require_metadata(task_dir: Path) -> None:
+    """TaskMetadataMissing unless the task's metadata.json is there: a context that could
+    never be served again takes no more messages."""
+    if not (task_dir / METADATA).is_file():
+        raise TaskMetadataMissing(task_dir.name)
 
 
 @dataclass

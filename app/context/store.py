@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-import orjson
 from sqlalchemy import Update, and_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -29,8 +28,10 @@ from app.context.files import (
     Where,
     accept_loss,
     append_response,
+    read_metadata,
     rebuild,
     recover,
+    require_metadata,
     write_group,
 )
 from app.context.records import (
@@ -54,7 +55,7 @@ from app.errors import (
     ThreadNotFound,
 )
 from app.storage.jsonl import first_damaged_line, fsync_dir, truncate
-from app.storage.layout import CURRENT, MESSAGES, METADATA, STATUS_DIRS, Layout, context_dir
+from app.storage.layout import CURRENT, MESSAGES, STATUS_DIRS, Layout, context_dir
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
 from app.tokens.counting import TokenCounting
@@ -438,6 +439,7 @@ class ContextStore:
         group: list[_PendingAppend],
         known: dict[str, IdempotentResult],
     ) -> _GroupOutcome:
+        require_metadata(self.task_dir(locked.task))
         files, where = self.files(locked), Where(locked.task.uuid, locked.thread_id)
         recovery = recover(files, locked.head, fsync=self.fsync, where=where)
         known = known | {r.key: r for r in recovery.idempotent_results}
@@ -606,7 +608,7 @@ class ContextStore:
 def _open_snapshot(
     task_dir: Path, files: ContextFiles, file_name: str
 ) -> tuple[BinaryIO, dict[str, Any]]:
-    metadata = orjson.loads((task_dir / METADATA).read_bytes())
+    metadata = read_metadata(task_dir)
     return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
 
 

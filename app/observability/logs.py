@@ -8,6 +8,7 @@ meanwhile (the store's group commit, for one) inherit it.
 """
 
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,14 @@ from pythonjsonlogger.json import JsonFormatter
 
 from app.config import Settings
 
-__all__ = ["TASK_UUID", "TaskFilter", "configure_logging", "task_context"]
+__all__ = [
+    "SECRET_QUERY_NAMES",
+    "TASK_UUID",
+    "QueryRedactor",
+    "TaskFilter",
+    "configure_logging",
+    "task_context",
+]
 
 TASK_UUID: ContextVar[str | None] = ContextVar("task_uuid", default=None)
 
@@ -44,6 +52,44 @@ class TaskFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "task_uuid", None) is None:  # an explicit extra= wins
             record.task_uuid = TASK_UUID.get()
+        return True
+
+
+# Query parameters whose values are credentials. The API takes keys only in the Authorization
+# header and refuses them in the URL, but uvicorn's access line (or any line quoting a URL)
+# would still write the refused key out.
+SECRET_QUERY_NAMES = (
+    "api_key",
+    "apikey",
+    "api-key",
+    "key",
+    "access_token",
+    "refresh_token",
+    "id_token",
+    "token",
+    "auth",
+    "authorization",
+    "password",
+    "passwd",
+    "secret",
+    "client_secret",
+    "signature",
+    "sig",
+)
+REDACTED = "[REDACTED]"
+_SECRET_NAMES = "|".join(re.escape(name) for name in SECRET_QUERY_NAMES)
+_SECRET_QUERY = re.compile(rf"([?&](?:{_SECRET_NAMES})=)[^&#\s\"']*", re.IGNORECASE)
+
+
+class QueryRedactor(logging.Filter):
+    """Replaces the value of every SECRET_QUERY_NAMES parameter in a line's message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = _SECRET_QUERY.sub(rf"\g<1>{REDACTED}", message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+            record.__dict__.pop("color_message", None)  # uvicorn's copy holds the URL too
         return True
 
 
@@ -90,6 +136,7 @@ def configure_logging(settings: Settings, stream: TextIO | None = None) -> Servi
     handler = ServiceHandler(stream or sys.stderr)
     handler.setFormatter(_formatter(settings.log_format))
     handler.addFilter(TaskFilter())
+    handler.addFilter(QueryRedactor())
     root.addHandler(handler)
     root.setLevel(settings.log_level.upper())
     for name in UVICORN_LOGGERS:

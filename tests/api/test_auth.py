@@ -709,3 +709,30 @@ def test_admin_api_keys_and_a_plain_list_of_agent_keys(monkeypatch: pytest.Monke
         with pytest.raises(ValidationError) as refused:
             Settings()
         assert admins not in str(refused.value)
+
+
+def test_an_api_keys_name_that_admin_api_keys_also_gives_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ADMIN_API_KEYS names its keys admin-1, admin-2...: an API_KEYS entry of the same name
+    was silently replaced (that key stopped working). Refused at start, naming the name."""
+    secret = "ci-key-0123456789abcdef"
+    monkeypatch.setenv("API_KEYS", json.dumps({"admin-1": {"key": secret}}))
+    monkeypatch.setenv("ADMIN_API_KEYS", "admin-key-0123456789")
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert "API_KEYS names ['admin-1'] are the names ADMIN_API_KEYS gives" in str(refused.value)
+    assert secret not in str(refused.value)
+    monkeypatch.setenv("API_KEYS", json.dumps({"admin-2": {"key": secret}}))
+    assert set(Settings().auth_keys) == {"admin-1", "admin-2"}  # no clash: both kept
+
+
+def test_a_name_given_twice_in_api_keys_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSON object naming a key twice kept only the last one, without a word."""
+    first, second = "ci-key-0123456789abcdef", "ci-key-fedcba9876543210"
+    monkeypatch.setenv("API_KEYS", f'{{"ci": {{"key": "{first}"}}, "ci": {{"key": "{second}"}}}}')
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert "API_KEYS names ['ci'] more than once" in str(refused.value)
+    assert first not in str(refused.value)
+    assert second not in str(refused.value)

@@ -3,7 +3,9 @@
 A :class:`ServerPool` (the ``servers`` fixture) starts servers that share one CONTEXT_DIR. Each
 :class:`Server` runs ``python -m uvicorn app.main:app`` from the repository root in its own
 process group, is ready when ``GET /readyz`` answers 200 (within a bounded wait), and can be
-stopped gracefully, killed with SIGKILL, or restarted on the same CONTEXT_DIR. The fixture's
+stopped gracefully, killed with SIGKILL, or restarted on the same CONTEXT_DIR. With ``cli`` it
+runs ``context-service serve`` instead, as in production: the connection limits of the settings
+applied, and uvicorn's access log on. The fixture's
 teardown stops every process it started, also when the test failed, and prints the tail of
 each server's log (pytest shows it for failed tests).
 
@@ -62,8 +64,10 @@ class Server:
         env: dict[str, str] | None = None,
         file_size_limit: int | None = None,
         obey_permissions: bool = False,
+        cli: bool = False,
     ) -> None:
         self.context_dir = context_dir
+        self.cli = cli
         self.log_path = log_path
         self.workers = workers
         self.extra_env = dict(env or {})
@@ -113,11 +117,14 @@ class Server:
         env = dict(os.environ)  # DATABASE_URL: the test's own database (conftest)
         env.update({"CONTEXT_DIR": str(self.context_dir), "PYTHONUNBUFFERED": "1"})
         env.update(self.extra_env)
-        command = [sys.executable, "-m", "uvicorn", "app.main:app"]
+        if self.cli:
+            command = [str(Path(sys.executable).parent / "context-service"), "serve"]
+        else:
+            command = [sys.executable, "-m", "uvicorn", "app.main:app", "--no-access-log"]
         if self.obey_permissions:
             capabilities = "-dac_override,-dac_read_search"
             command = ["setpriv", "--bounding-set", capabilities, "--", *command]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--no-access-log"]
+        command += ["--host", "127.0.0.1", "--port", str(self.port)]
         if self.workers > 1:
             command += ["--workers", str(self.workers)]
         self.starts += 1
@@ -249,6 +256,7 @@ class ServerPool:
         env: dict[str, str] | None = None,
         file_size_limit: int | None = None,
         obey_permissions: bool = False,
+        cli: bool = False,
     ) -> Server:
         server = Server(
             self.context_dir,
@@ -257,6 +265,7 @@ class ServerPool:
             env=env,
             file_size_limit=file_size_limit,
             obey_permissions=obey_permissions,
+            cli=cli,
         )
         self.servers.append(server)
         server.start()
