@@ -17,6 +17,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
 from app.errors import JsonTooDeep
+from app.json_depth import nests_deeper
 
 # orjson's own parser refuses deeper documents with this message (its depth limit is 1024).
 _ORJSON_DEPTH_ERROR = "depth limit exceeded"
@@ -41,19 +42,6 @@ class OrjsonRequest(Request):
             return
         if nests_deeper(parsed, limit):
             raise JsonTooDeep("the request body", limit)
-
-
-def nests_deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` has arrays and objects nested more than ``limit`` levels (a scalar is
-    0 levels, ``[]`` one). Iterative, and stops at the first container past the limit."""
-    pending: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
-    while pending:
-        item, depth = pending.pop()
-        if depth > limit:
-            return True
-        children = item.values() if isinstance(item, dict) else item
-        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
 
 
 class OrjsonRoute(APIRoute):

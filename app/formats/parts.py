@@ -4,6 +4,8 @@ from typing import Any
 
 import orjson
 
+from app.json_depth import nests_deeper
+
 # The image types Anthropic accepts inline; Ollama is given the same set, so that a picture
 # reaches the model in both formats or in neither.
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -11,6 +13,9 @@ IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/we
 # Where arguments that are not a JSON object go: both Anthropic's tool_use.input and Ollama's
 # function.arguments must be objects, and dropping the text would hide what the model said.
 RAW_ARGUMENTS_KEY = "_raw_arguments"
+# Arguments nested deeper are kept as text too: a payload can nest only so deep before JSON
+# encoders (orjson's limit is 255 levels, the whole payload's included) refuse it.
+MAX_ARGUMENTS_DEPTH = 64
 
 
 def data_image(url: str) -> tuple[str, str] | None:
@@ -72,7 +77,8 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
     """OpenAI's arguments string as a JSON object.
 
     Blank means no arguments ({}); anything that is not a JSON object (invalid JSON, a list, a
-    number) is kept verbatim under ``RAW_ARGUMENTS_KEY``.
+    number, an object nested deeper than ``MAX_ARGUMENTS_DEPTH``) is kept verbatim under
+    ``RAW_ARGUMENTS_KEY``.
     """
     if not arguments.strip():
         return {}
@@ -80,7 +86,9 @@ def parse_arguments(arguments: str) -> dict[str, Any]:
         parsed = orjson.loads(arguments)
     except orjson.JSONDecodeError:
         return {RAW_ARGUMENTS_KEY: arguments}
-    return parsed if isinstance(parsed, dict) else {RAW_ARGUMENTS_KEY: arguments}
+    if isinstance(parsed, dict) and not nests_deeper(parsed, MAX_ARGUMENTS_DEPTH):
+        return parsed
+    return {RAW_ARGUMENTS_KEY: arguments}
 
 
 def output_limit(defaults: dict[str, Any], max_output_tokens: int) -> Any:

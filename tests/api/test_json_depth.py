@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from app.api.routing import nests_deeper
+from app.json_depth import nests_deeper
 from tests.api.helpers import assert_error
 from tests.conftest import snapshot_dir, task_body
 
@@ -98,3 +98,22 @@ async def test_a_deeper_create_is_refused_and_no_task_appears(
 async def test_a_create_at_the_limit_is_taken(client: httpx.AsyncClient) -> None:
     response = await client.post("/tasks", json=task_body(metadata=nested(LIMIT - 1)))
     assert response.status_code == 201, response.text
+
+
+async def test_tool_arguments_nested_past_any_encoder_are_served_as_text(
+    client: httpx.AsyncClient, task: dict[str, Any]
+) -> None:
+    """Arguments are a string to the API: 300 levels inside it are taken, and the formats that
+    send arguments as an object send these as text rather than failing on them."""
+    arguments = '{"a": ' * 300 + "1" + "}" * 300
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    messages = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    response = await client.post(f"/tasks/{task['uuid']}/messages", json={"messages": messages})
+    assert response.status_code == 201, response.text
+    for fmt in ("openai", "anthropic", "ollama"):
+        response = await client.get(f"/tasks/{task['uuid']}/request", params={"format": fmt})
+        assert response.status_code == 200, (fmt, response.text)
+        assert arguments in response.text.replace('\\"', '"'), fmt

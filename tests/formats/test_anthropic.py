@@ -190,6 +190,10 @@ def test_images_and_other_parts() -> None:
     assert stored_sum([user(parts)]) == ANTHROPIC.payload_tokens(COUNTER, payload)
 
 
+# Nested far deeper than JSON encoders take (orjson refuses 255 levels): kept as text.
+DEEP_ARGUMENTS = '{"a": ' * 300 + "1" + "}" * 300
+
+
 def test_arguments_always_become_an_object() -> None:
     messages = [
         user("go"),
@@ -198,8 +202,9 @@ def test_arguments_always_become_an_object() -> None:
             call("b", arguments="[1, 2]"),
             call("c", arguments=""),
             call("d", arguments='{"command": "ls -la"}'),
+            call("e", arguments=DEEP_ARGUMENTS),
         ),
-        *(result(i) for i in "abcd"),
+        *(result(i) for i in "abcde"),
     ]
     payload = render_json("anthropic", messages)
     inputs = [b["input"] for b in payload["messages"][1]["content"]]
@@ -208,6 +213,7 @@ def test_arguments_always_become_an_object() -> None:
         {RAW_ARGUMENTS_KEY: "[1, 2]"},
         {},
         {"command": "ls -la"},
+        {RAW_ARGUMENTS_KEY: DEEP_ARGUMENTS},  # too deep for a payload to carry as an object
     ]
     assert stored_sum(messages) == ANTHROPIC.payload_tokens(COUNTER, payload)
 
