@@ -8,6 +8,8 @@
      ├── TooLarge                 413  (body_too_large, message_too_large, context_over_budget)
      ├── InvalidInput             422  (validation_error, unknown_tool_call, ...)
      └── StorageError             500  (storage_corrupt, ...)
+          ├── InsufficientStorage 507  (the disk of CONTEXT_DIR or the database is full)
+          └── StorageUnavailable  503  (CONTEXT_DIR or the database cannot be written)
 
 Every error leaves the service as ``{"error": {"code", "message", "details"}}``.
 """
@@ -65,6 +67,21 @@ class InvalidInput(AppError):
 class StorageError(AppError):
     status_code = 500
     default_code = "storage_error"
+
+
+class InsufficientStorage(StorageError):
+    """A write the disk refused for want of space (files or database): nothing was
+    acknowledged, and the same request may succeed once there is room."""
+
+    status_code = 507
+    default_code = "insufficient_storage"
+
+
+class StorageUnavailable(StorageError):
+    """A write refused because the store is read-only or not ours to write."""
+
+    status_code = 503
+    default_code = "storage_unavailable"
 
 
 class TaskNotFound(NotFound):
