@@ -11,6 +11,7 @@ import asyncio
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -239,3 +240,77 @@ async def test_a_full_disk_with_the_database_on_it_answers_507_and_serves_reads(
         by_seq = {r["seq"]: r["content"] for r in records}
         for seq, text in acknowledged:
             assert by_seq.get(seq) == text, f"acknowledged seq {seq} was lost"
+
+
+@contextmanager
+def read_only(directory: Path, how: str) -> Iterator[None]:
+    """``directory`` cannot be written for a while: its modes ("modes": for a server that obeys
+    them) or a read-only bind mount over it ("mount", skipped where nothing can be mounted)."""
+    if how == "mount":
+        try:
+            subprocess.run(["mount", "--bind", directory, directory], check=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            pytest.skip(f"cannot bind-mount here: {exc}")
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", directory, directory], check=True)
+            yield
+        finally:
+            subprocess.run(["umount", directory], check=True)
+        return
+    paths = [directory, *directory.rglob("*")]
+    modes = {path: path.stat().st_mode for path in paths}
+    for path in paths:
+        path.chmod(modes[path] & ~0o222)
+    try:
+        yield
+    finally:
+        for path in paths:
+            path.chmod(modes[path])
+
+
+@pytest.mark.parametrize("how", ["modes", "mount"])
+async def test_a_read_only_context_dir_serves_reads_and_refuses_writes_with_503(
+    servers: server.ServerPool, tmp_path: Path, how: str
+) -> None:
+    """All of CONTEXT_DIR read-only (its lock files too; the database elsewhere): the task, its
+    history and its payload answer 200, /readyz says not ready, appends answer 503
+    `storage_unavailable`; writable again, nothing acknowledged is missing."""
+    env = {"CLEANUP_DAYS": "0"}
+    if not os.environ.get("DATABASE_URL"):  # SQLite: a file outside CONTEXT_DIR
+        (tmp_path / "db").mkdir()
+        env["DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path / 'db' / 'tasks.db'}"
+    srv = servers.start(env=env, obey_permissions=True)
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
+        created = await http.post("/tasks", json=task_body(system_prompt="You are a coding agent."))
+        assert created.status_code == 201, created.text
+        uuid = created.json()["uuid"]
+        texts = [f"before {i}" for i in range(3)]
+        for text in texts:
+            response = await http.post(
+                f"/tasks/{uuid}/messages", json={"role": "user", "content": text}
+            )
+            assert response.status_code == 201, response.text
+        with read_only(srv.context_dir, how):
+            task = await http.get(f"/tasks/{uuid}")
+            assert task.status_code == 200, task.text
+            history = await all_messages(http, uuid)
+            assert [m["content"] for m in history][1:] == texts
+            payload = await http.get(f"/tasks/{uuid}/request")
+            assert payload.status_code == 200, payload.text
+            assert_valid_openai_request(payload.json())
+            ready = await http.get("/readyz")
+            assert ready.status_code == 503, ready.text
+            assert ready.json()["checks"]["context_dir"] == "error: not writable"
+            refused = await http.post(
+                f"/tasks/{uuid}/messages", json={"role": "user", "content": "refused"}
+            )
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == "storage_unavailable"
+            assert str(srv.context_dir) not in refused.text
+        after = await http.post(
+            f"/tasks/{uuid}/messages", json={"role": "user", "content": "after"}
+        )
+        assert after.status_code == 201, after.text
+        history = await all_messages(http, uuid)
+        assert_seqs_contiguous(history)
+        assert [m["content"] for m in history][1:] == [*texts, "after"]
