@@ -11,7 +11,7 @@ import asyncio
 import os
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -135,12 +135,11 @@ async def test_read_only_task_files_refuse_writes_with_503_and_lose_nothing(
         assert [m["content"] for m in history][1:] == [*(f"before {i}" for i in range(3)), "after"]
 
 
-@pytest.fixture
-def small_disk(servers: server.ServerPool) -> Iterator[Path]:
-    """The pool's CONTEXT_DIR on a tmpfs of DISK_BYTES (skipped where nothing can be mounted)."""
-    path = servers.context_dir
+@contextmanager
+def tmpfs(path: Path, size: int) -> Iterator[Path]:
+    """A tmpfs of ``size`` bytes mounted at ``path`` (skipped where nothing can be mounted)."""
     path.mkdir(parents=True)
-    mount = ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(path)]
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]
     try:
         subprocess.run(mount, check=True, capture_output=True)
     except (OSError, subprocess.CalledProcessError) as exc:
@@ -152,9 +151,89 @@ def small_disk(servers: server.ServerPool) -> Iterator[Path]:
         subprocess.run(["umount", "--lazy", str(path)], check=True)
 
 
+@pytest.fixture
+def small_disk(servers: server.ServerPool) -> Iterator[Path]:
+    """The pool's CONTEXT_DIR on a tmpfs of DISK_BYTES."""
+    with tmpfs(servers.context_dir, DISK_BYTES) as path:
+        yield path
+
+
 def free_bytes(path: Path) -> int:
     disk = os.statvfs(path)
     return disk.f_bavail * disk.f_frsize
+
+
+def fill_up(path: Path) -> None:
+    """Write ``path`` until its disk has not one byte left."""
+    with open(path, "wb", buffering=0) as ballast:
+        for chunk in (1 << 20, 4096, 1):
+            with suppress(OSError):
+                while True:
+                    ballast.write(b"\0" * chunk)
+
+
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="a SQLite database's own disk")
+async def test_a_full_database_disk_refuses_appends_with_507_and_serves_reads(
+    servers: server.ServerPool, tmp_path: Path
+) -> None:
+    """The SQLite database alone on a disk with no room left (CONTEXT_DIR has plenty): an
+    append's files are written but its commit is refused: 507; a payload served cannot record
+    its tokens and a read cannot commit the repair it made, and both still answer 200; /readyz
+    names the database's disk; with room again nothing acknowledged is missing."""
+    with tmpfs(tmp_path / "db", DISK_BYTES) as db_disk:
+        srv = servers.start(
+            env={
+                "CLEANUP_DAYS": "0",
+                "DATABASE_URL": f"sqlite+aiosqlite:///{db_disk / 'tasks.db'}",
+                "READY_MIN_FREE_BYTES": str(FREE_FLOOR),
+                "WAL_CHECKPOINT_INTERVAL_S": "0.2",
+            }
+        )
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
+            created = await http.post("/tasks", json=task_body(system_prompt="You are an agent."))
+            assert created.status_code == 201, created.text
+            uuid = created.json()["uuid"]
+            texts = [f"before {i}" for i in range(3)]
+            for text in texts:
+                response = await http.post(
+                    f"/tasks/{uuid}/messages", json={"role": "user", "content": text}
+                )
+                assert response.status_code == 201, response.text
+            wal = db_disk / "tasks.db-wal"
+            for _ in range(50):  # the log checkpointed away: the next write needs new room
+                if wal.stat().st_size == 0:
+                    break
+                await asyncio.sleep(0.1)
+            fill_up(db_disk / "ballast")
+
+            payload = await http.get(f"/tasks/{uuid}/request")
+            assert payload.status_code == 200, payload.text
+            assert "payload tokens not recorded" in srv.log_text()
+            refused = await http.post(
+                f"/tasks/{uuid}/messages", json={"role": "user", "content": "refused"}
+            )
+            assert refused.status_code == 507, refused.text
+            assert refused.json()["error"]["code"] == "insufficient_storage"
+            history = await all_messages(http, uuid)  # repairs the files, cannot commit that
+            assert [m["content"] for m in history][1:4] == texts
+            assert "repair not committed" in srv.log_text()
+            assert (await http.get(f"/tasks/{uuid}")).status_code == 200
+            ready = await http.get("/readyz")
+            assert ready.status_code == 503, ready.text
+            assert ready.json()["checks"]["database_dir"].startswith("error:"), ready.text
+
+            (db_disk / "ballast").unlink()
+            after = await http.post(
+                f"/tasks/{uuid}/messages", json={"role": "user", "content": "after"}
+            )
+            assert after.status_code == 201, after.text
+            history = await all_messages(http, uuid)
+            assert_seqs_contiguous(history)
+            contents = [m["content"] for m in history][1:]
+            # The refused append reached messages.jsonl whole: adopted, as after a crash.
+            assert contents in ([*texts, "after"], [*texts, "refused", "after"])
+            assert (await http.get("/readyz")).status_code == 200
+        srv.stop()
 
 
 async def test_a_full_disk_with_the_database_on_it_answers_507_and_serves_reads(
