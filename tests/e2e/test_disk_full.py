@@ -172,11 +172,11 @@ def fill_up(path: Path) -> None:
                     ballast.write(b"\0" * chunk)
 
 
-@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="a SQLite database's own disk")
 async def test_a_full_database_disk_refuses_appends_with_507_and_serves_reads(
     servers: server.ServerPool, tmp_path: Path
 ) -> None:
-    """The SQLite database alone on a disk with no room left (CONTEXT_DIR has plenty): an
+    """A SQLite database (whatever the suite runs on) alone on a disk with no room left
+    (CONTEXT_DIR has plenty): an
     append's files are written but its commit is refused: 507; a payload served cannot record
     its tokens and a read cannot commit the repair it made, and both still answer 200; /readyz
     names the database's disk; with room again nothing acknowledged is missing."""
