@@ -176,10 +176,10 @@ async def test_a_full_database_disk_refuses_appends_with_507_and_serves_reads(
     servers: server.ServerPool, tmp_path: Path
 ) -> None:
     """A SQLite database (whatever the suite runs on) alone on a disk with no room left
-    (CONTEXT_DIR has plenty): an
-    append's files are written but its commit is refused: 507; a payload served cannot record
-    its tokens and a read cannot commit the repair it made, and both still answer 200; /readyz
-    names the database's disk; with room again nothing acknowledged is missing."""
+    (CONTEXT_DIR has plenty): an append's files are written but its commit is refused: 507; a
+    payload served cannot record its tokens and a read cannot commit the repair it made, and
+    both still answer 200; /readyz names the database's disk; with room again nothing
+    acknowledged is missing."""
     with tmpfs(tmp_path / "db", DISK_BYTES) as db_disk:
         srv = servers.start(
             env={
