@@ -200,6 +200,17 @@ class Settings(BaseSettings):
     )
     cleanup_interval_s: float = Field(3600.0, gt=0, description="How often cleanup runs.")
 
+    # A disk that fills up: /readyz, and SQLite's write-ahead log.
+    ready_min_free_bytes: int = Field(
+        32 * MiB,
+        ge=0,
+        description="/readyz answers 503 when the disk of CONTEXT_DIR (or of the SQLite "
+        "database) has less free space than this.",
+    )
+    wal_checkpoint_interval_s: float = Field(
+        60.0, gt=0, description="How often SQLite's write-ahead log is checkpointed and truncated."
+    )
+
     # Threads (SPEC §8, seed 003 "Stelis").
     stelis_max_depth: int = Field(
         3, ge=1, le=16, description="Most levels of contexts, the root's included."

@@ -8,6 +8,8 @@
      ├── TooLarge                 413  (body_too_large, message_too_large, context_over_budget)
      ├── InvalidInput             422  (validation_error, json_too_deep, reserved_field, ...)
      └── StorageError             500  (task_files_damaged, task_metadata_missing, ...)
+          ├── InsufficientStorage 507  (the disk of CONTEXT_DIR or the database is full)
+          └── StorageUnavailable  503  (CONTEXT_DIR or the database cannot be written)
 
 Every error leaves the service as ``{"error": {"code", "message", "details"}}``.
 """
@@ -83,6 +85,21 @@ class ContextFilesDamaged(StorageError):
             code="task_files_damaged",
             details={"uuid": task_uuid, "thread_id": thread_id, **details},
         )
+
+
+class InsufficientStorage(StorageError):
+    """A write the disk refused for want of space (files or database): nothing was
+    acknowledged, and the same request may succeed once there is room."""
+
+    status_code = 507
+    default_code = "insufficient_storage"
+
+
+class StorageUnavailable(StorageError):
+    """A write refused because the store is read-only or not ours to write."""
+
+    status_code = 503
+    default_code = "storage_unavailable"
 
 
 class TaskNotFound(NotFound):

@@ -24,7 +24,7 @@ from app.jobs.queue import JobQueue
 from app.jobs.runner import JobRunner
 from app.journals.service import JournalService
 from app.llm.registry import build_backends
-from app.maintenance.periodic import start_periodic_cleanup
+from app.maintenance.periodic import start_periodic_checkpoint, start_periodic_cleanup
 from app.maintenance.service import MaintenanceService
 from app.messages.service import MessageService
 from app.observability.metrics import Metrics
@@ -211,10 +211,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
     async with open_services(settings) as services:
         await services.runner.start()
         cleanup = start_periodic_cleanup(services.maintenance, settings)
+        checkpoint = start_periodic_checkpoint(services.db, settings)
         log.info("context service ready: %s", services.store.layout.root)
         try:
             yield {"services": services}
         finally:
-            if cleanup is not None:
-                await cleanup.stop()
+            for periodic in (cleanup, checkpoint):
+                if periodic is not None:
+                    await periodic.stop()
             await services.runner.stop()

@@ -1,8 +1,6 @@
 """The one place where exceptions become HTTP answers, all in the shape of ErrorResponse."""
 
-import errno
 import logging
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -11,10 +9,12 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
 from app.errors import AppError, ErrorResponse, error_payload
+from app.storage.failures import storage_failure
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         409: "The task's state does not allow this",
         413: "Too large",
         422: "Invalid input",
-        503: "CONTEXT_DIR cannot be written (read-only, no permission)",
-        507: "CONTEXT_DIR is full: nothing was acknowledged",
+        503: "The store cannot be written (read-only, no permission)",
+        507: "The disk of CONTEXT_DIR or the database is full: nothing was acknowledged",
     }.items()
 }
 
@@ -112,26 +112,17 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(error_payload(code, str(exc.detail)), exc.status_code, exc.headers)
 
 
-# Why a write to CONTEXT_DIR (or the database's disk) can fail without anything being wrong
-# with the service: the disk is full, or it cannot be written.
-_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-_UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
-
-
-def _os_error(request: Request, exc: Exception) -> JSONResponse:
-    """A failed read or write of the store: 507 when the disk is full, 503 when it cannot be
-    written; nothing was acknowledged (the files are repaired on the next access)."""
-    assert isinstance(exc, OSError)
-    if exc.errno in _FULL:
-        status, code = 507, "insufficient_storage"
-    elif exc.errno in _UNWRITABLE:
-        status, code = 503, "storage_unavailable"
-    else:
+def _storage_error(request: Request, exc: Exception) -> JSONResponse:
+    """A write the disk refused (files or database): 507 when it is full, 503 when it cannot be
+    written (nothing was acknowledged; the files are repaired on the next access); any other
+    failure of the store is unexpected."""
+    failure = storage_failure(exc)
+    if failure is None:
         return _unexpected_error(request, exc)
-    reason = os.strerror(exc.errno or 0)  # no file name: paths stay on the server
-    log.error("storage: %s (%s)", reason, exc)
-    message = f"the context store cannot be written: {reason}; nothing was acknowledged"
-    return error_response(error_payload(code, message, {"reason": reason}), status)
+    log.error("storage: %s (%s)", failure.details["reason"], exc)
+    return error_response(
+        error_payload(failure.code, failure.message, failure.details), failure.status_code
+    )
 
 
 def _corrupt_record(_: Request, exc: Exception) -> JSONResponse:
@@ -149,7 +140,8 @@ def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
-    app.add_exception_handler(OSError, _os_error)
+    app.add_exception_handler(OSError, _storage_error)
+    app.add_exception_handler(DBAPIError, _storage_error)
     app.add_exception_handler(orjson.JSONDecodeError, _corrupt_record)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

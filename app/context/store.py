@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.context.files import (
+    MARKER,
     ContextFiles,
     Recovery,
     Where,
@@ -47,14 +48,17 @@ from app.db.models import ContextHead, IdempotencyKey, Task, Thread
 from app.errors import (
     AppError,
     ContextFilesDamaged,
+    InsufficientStorage,
     InvalidInput,
     StorageError,
+    StorageUnavailable,
     TaskNotFound,
     TaskNotWritable,
     ThreadNotActive,
     ThreadNotFound,
 )
-from app.storage.jsonl import first_damaged_line, fsync_dir, truncate
+from app.storage.failures import storage_failure
+from app.storage.jsonl import first_damaged_line, fsync_dir, iter_lines, size_of, truncate
 from app.storage.layout import CURRENT, MESSAGES, STATUS_DIRS, Layout, context_dir
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
@@ -232,7 +236,7 @@ class ContextStore:
         if row is None:
             raise ThreadNotFound(locked.task.uuid, thread_id)
         other = LockedTask(locked.task, _head_state(row), thread_id, locked.threads)
-        return dataclasses.replace(other, head=await self.recovered_head(other))
+        return dataclasses.replace(other, head=await self.recovered_head(other, reading=True))
 
     async def create_context(self, locked: LockedTask, thread: Thread) -> None:
         """A new thread of the locked task: its empty files, then its row and head in one
@@ -277,7 +281,7 @@ class ContextStore:
         self, locked: LockedTask, file_name: Literal["messages", "current"]
     ) -> Snapshot:
         """:meth:`snapshot` of a context whose task lock is held."""
-        head = await self.recovered_head(locked)
+        head = await self.recovered_head(locked, reading=True)
         if file_name == "current":
             head = await self._whole_current(locked, head)
         handle, metadata = await asyncio.to_thread(
@@ -288,16 +292,18 @@ class ContextStore:
     async def head(self, task_uuid: str, thread_id: int = 0) -> LockedTask:
         """The context with its head recovered (and the task row as the repair left it)."""
         async with self.locked(task_uuid, thread_id) as locked:
-            recovery = await self._recover(locked)
+            recovery = await self._recover(locked, reading=True)
             task = locked.task
             if recovery.changed:  # the repair moved the row's statistics: answer with them
                 async with self.db.reader() as session:
                     task = await session.get(Task, task_uuid) or task
             return dataclasses.replace(locked, task=task, head=recovery.head)
 
-    async def recovered_head(self, locked: LockedTask) -> HeadState:
-        """The committed head, after repairing the files if needed. Hold the task lock."""
-        return (await self._recover(locked)).head
+    async def recovered_head(self, locked: LockedTask, *, reading: bool = False) -> HeadState:
+        """The committed head, after repairing the files if needed. Hold the task lock.
+        ``reading``: a read needs no free space, so a repair the disk refuses (full, read-only)
+        is skipped with a warning rather than failing it."""
+        return (await self._recover(locked, reading=reading)).head
 
     async def _whole_current(self, locked: LockedTask, head: HeadState) -> HeadState:
         """The head, after rebuilding current.jsonl if a line of it no longer parses: it is
@@ -319,17 +325,30 @@ class ContextStore:
             await self._save(locked, recovery, rebuilt, StatsDelta(), [])
         return rebuilt
 
-    async def _recover(self, locked: LockedTask) -> Recovery:
+    async def _recover(self, locked: LockedTask, *, reading: bool = False) -> Recovery:
         task = locked.task
-        recovery = await asyncio.to_thread(
-            recover,
-            self.files(locked),
-            locked.head,
-            fsync=self.fsync,
-            where=Where(task.uuid, locked.thread_id),
-        )
+        where = Where(task.uuid, locked.thread_id)
+        context = str(where)
+        files = self.files(locked)
+        try:
+            recovery = await asyncio.to_thread(
+                recover, files, locked.head, fsync=self.fsync, where=where
+            )
+        except OSError as exc:
+            if not reading or storage_failure(exc) is None:
+                raise
+            if not await asyncio.to_thread(_holds_committed, files, locked.head):
+                raise
+            log.warning("%s: files not repaired (%s): serving what was committed", context, exc)
+            return Recovery(head=locked.head)
         if recovery.changed:
-            await self._save(locked, recovery, recovery.head, StatsDelta(), [])
+            try:
+                await self._save(locked, recovery, recovery.head, StatsDelta(), [])
+            except (InsufficientStorage, StorageUnavailable) as exc:
+                if not reading:
+                    raise
+                # The files agree with the repaired head: serve it; a later access commits it.
+                log.warning("%s: repair not committed: %s", context, exc.message)
         return recovery
 
     # -- appends --------------------------------------------------------------------------
@@ -560,11 +579,15 @@ class ContextStore:
         }
 
     async def record_served(self, task_uuid: str, tokens: int) -> None:
-        """Remember the counted tokens of a payload served, for the next reported usage."""
-        async with self.db.transaction() as session:
-            await session.execute(
-                update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
-            )
+        """Remember the counted tokens of a payload served, for the next reported usage: the
+        bookkeeping of a read, skipped (not failed) when the store cannot take a write."""
+        try:
+            async with self.db.transaction() as session:
+                await session.execute(
+                    update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
+                )
+        except (InsufficientStorage, StorageUnavailable) as exc:
+            log.warning("task %s: payload tokens not recorded: %s", task_uuid, exc.message)
 
     async def _commit_head(
         self,
@@ -610,6 +633,15 @@ def _open_snapshot(
 ) -> tuple[BinaryIO, dict[str, Any]]:
     metadata = read_metadata(task_dir)
     return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
+
+
+def _holds_committed(files: ContextFiles, head: HeadState) -> bool:
+    """Whether the files still hold the committed view of ``head``: neither is shorter, and no
+    marker lies past it in messages.jsonl (its repair rewrites current.jsonl rather than
+    appending to it, so current.jsonl's first bytes may no longer be the committed ones)."""
+    if size_of(files.messages) < head.messages_bytes or size_of(files.current) < head.current_bytes:
+        return False
+    return not any(MARKER in line for _, line in iter_lines(files.messages, head.messages_bytes))
 
 
 def _create_files(directory: Path, *, fsync: bool) -> None:

@@ -5,9 +5,16 @@ reads and then writes can fail at once with SQLITE_BUSY when another process wro
 whereas IMMEDIATE waits for the lock (busy_timeout) and then succeeds. Within one process,
 write transactions also queue on an asyncio lock: SQLite takes one writer at a time anyway, and
 its busy handler waits by sleeping (up to 100 ms a turn), which an asyncio queue avoids.
+
+A write the disk refuses (SQLite's SQLITE_FULL, PostgreSQL's disk_full, a read-only database)
+leaves :meth:`Database.transaction` as the domain error of :mod:`app.storage.failures`. The
+SQLite write-ahead log is checkpointed and truncated by :meth:`Database.checkpoint` (periodic,
+and at shutdown) and kept to ``_WAL_SIZE_LIMIT`` after each reset, so that a log grown while
+the disk was full gives its room back once writes work again.
 """
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -15,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -22,7 +30,16 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from app.storage.failures import storage_failure
+
+log = logging.getLogger(__name__)
+
 _BEGIN_OPTION = "sqlite_begin"
+_BUSY_TIMEOUT_MS = 30_000
+# A checkpoint waits this long at most for readers to finish (it holds back writers meanwhile);
+# one that cannot finish is tried again at the next round.
+_CHECKPOINT_BUSY_MS = 200
+_WAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -36,14 +53,48 @@ class Database:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """A write transaction, committed when the block ends without an exception."""
-        async with (
-            self._write_lock if self.serialize_writes else nullcontext(),
-            self.writer() as session,
-            session.begin(),
-        ):
-            yield session
+        try:
+            async with (
+                self._write_lock if self.serialize_writes else nullcontext(),
+                self.writer() as session,
+                session.begin(),
+            ):
+                yield session
+        except DBAPIError as exc:
+            failure = storage_failure(exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    async def checkpoint(self) -> None:
+        """Copy SQLite's write-ahead log into the database and truncate it (nothing to do on
+        another database). A checkpoint that readers hold back is logged and left to the
+        next one."""
+        if self.engine.dialect.name != "sqlite":
+            return
+        async with self._write_lock, self.engine.connect() as connection:
+            # The driver's own connection: SQLAlchemy would open a transaction around the
+            # pragma, and a checkpoint cannot run inside one.
+            driver = (await connection.get_raw_connection()).driver_connection
+            assert driver is not None  # a connection just checked out of the pool
+            await driver.execute(f"PRAGMA busy_timeout={_CHECKPOINT_BUSY_MS}")
+            try:
+                cursor = await driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                busy, log_pages, checkpointed = await cursor.fetchone()
+            finally:
+                await driver.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        if busy:
+            log.info(
+                "WAL checkpoint: %d of %d pages copied; readers held back the rest",
+                checkpointed,
+                log_pages,
+            )
 
     async def dispose(self) -> None:
+        try:
+            await self.checkpoint()
+        except Exception:  # a full disk, say: the log is checkpointed by the next start
+            log.exception("the WAL checkpoint at shutdown failed")
         await self.engine.dispose()
 
 
@@ -55,7 +106,8 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 

@@ -1,4 +1,5 @@
-"""Background rounds of work in a service process: the periodic cleanup."""
+"""Background rounds of work in a service process: the periodic cleanup and the database's
+log checkpoint."""
 
 import asyncio
 import logging
@@ -6,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 from app.config import Settings
+from app.db.engine import Database
 from app.maintenance.service import MaintenanceService
 
 log = logging.getLogger(__name__)
@@ -64,5 +66,19 @@ def start_periodic_cleanup(maintenance: MaintenanceService, settings: Settings) 
         await maintenance.cleanup(stop=stop)
 
     periodic = Periodic("periodic cleanup", settings.cleanup_interval_s, cleanup)
+    periodic.start()
+    return periodic
+
+
+def start_periodic_checkpoint(db: Database, settings: Settings) -> Periodic | None:
+    """Checkpoint SQLite's write-ahead log every WAL_CHECKPOINT_INTERVAL_S, so that it never
+    outgrows what the last round left (None on another database: nothing to checkpoint)."""
+    if db.engine.dialect.name != "sqlite":
+        return None
+
+    async def checkpoint(_: asyncio.Event) -> None:
+        await db.checkpoint()
+
+    periodic = Periodic("WAL checkpoint", settings.wal_checkpoint_interval_s, checkpoint)
     periodic.start()
     return periodic

@@ -2,10 +2,11 @@
 
 import asyncio
 import os
+from pathlib import Path
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy import text
+from sqlalchemy import URL, text
 
 from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
@@ -24,9 +25,13 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "Database or CONTEXT_DIR unusable"}})
+@router.get(
+    "/readyz", responses={503: {"description": "The database or the store cannot take a write"}}
+)
 async def readyz(services: ServicesDep) -> JSONResponse:
-    """The database answers and CONTEXT_DIR is writable."""
+    """The database answers, and the store can take a write: CONTEXT_DIR (and the directory of
+    a SQLite database elsewhere) is writable and has READY_MIN_FREE_BYTES free. Each check says
+    what is wrong when it fails."""
     checks: dict[str, str] = {}
     try:
         async with services.db.reader() as session:
@@ -34,13 +39,34 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
+    floor = services.settings.ready_min_free_bytes
     root = services.store.layout.root
-    writable = await asyncio.to_thread(os.access, root, os.W_OK)
-    checks["context_dir"] = "ok" if writable else "error: not writable"
+    checks["context_dir"] = await asyncio.to_thread(_writable_with_room, root, floor)
+    database_dir = _sqlite_directory(services.db.engine.url)
+    if database_dir is not None and database_dir != root:
+        checks["database_dir"] = await asyncio.to_thread(_writable_with_room, database_dir, floor)
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse(
         {"status": "ready" if ready else "unavailable", "checks": checks}, 200 if ready else 503
     )
+
+
+def _writable_with_room(directory: Path, floor: int) -> str:
+    """ "ok", or why a write to ``directory`` would fail now (no path: the answer is public)."""
+    if not os.access(directory, os.W_OK):
+        return "error: not writable"
+    disk = os.statvfs(directory)
+    free = disk.f_bavail * disk.f_frsize
+    if free < floor:
+        return f"error: {free} bytes free, fewer than the {floor} required"
+    return "ok"
+
+
+def _sqlite_directory(url: URL) -> Path | None:
+    """The directory of a SQLite database file (None for another database or one in memory)."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database).resolve().parent
 
 
 class PrometheusResponse(Response):

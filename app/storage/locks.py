@@ -8,6 +8,7 @@ event loop or a database connection; both vanish with the process that held them
 """
 
 import asyncio
+import errno
 import fcntl
 import hashlib
 import logging
@@ -26,6 +27,7 @@ from app.storage.layout import Layout
 log = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 0.005
+_NOT_WRITABLE = {errno.EACCES, errno.EROFS}
 _UNLOCK = "SELECT pg_advisory_unlock(:key)"
 _GLOBAL = "\x00global"  # the name of the lock around migration and startup reconciliation
 
@@ -189,8 +191,18 @@ def process_locks(layout: Layout, engine: AsyncEngine) -> ProcessLocks:
 
 async def flock(path: Path, *, create: bool = True) -> int:
     """Open ``path`` (made if missing, with ``create``) and take an exclusive flock on it;
-    returns the descriptor holding it."""
-    fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+    returns the descriptor holding it. A lock file that cannot be opened for writing (a
+    read-only CONTEXT_DIR) is opened for reading: flock needs no write access, so reads go on
+    and keep their exclusion; writes then fail on the files themselves."""
+    try:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+    except OSError as exc:
+        if exc.errno not in _NOT_WRITABLE:
+            raise
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise exc from None  # missing, and cannot be made: the store is not writable
     delay = 0.0002
     try:
         while True:
