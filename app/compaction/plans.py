@@ -8,8 +8,12 @@ starts on a tool result, and never ends just before one.
 from dataclasses import dataclass
 from typing import Any
 
-from app.context.effective import position
+from app.context.effective import is_marker, position
 from app.context.records import record_tokens
+
+# A compaction marker's field: how many messages it hides (markers written before it was
+# stored count as one each, as they were counted then).
+HIDDEN_MESSAGES = "hidden_messages"
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,7 @@ class Entry:
     tokens: int
     marker: str | None
     last: int | None = None  # a compaction marker: the last position it stands for (hides[1])
+    messages: int = 1  # the messages it stands for: a compaction marker's, those it hides
 
     @classmethod
     def of(cls, record: dict[str, Any], fmt: str = "openai") -> "Entry":
@@ -33,6 +38,7 @@ class Entry:
             tokens=record_tokens(record, fmt),
             marker=record.get("marker"),
             last=record["hides"][1] if "hides" in record else None,
+            messages=record.get(HIDDEN_MESSAGES, 1) if is_marker(record) else 1,
         )
 
 
@@ -49,6 +55,11 @@ class Span:
 
     def tokens(self, entries: list[Entry]) -> int:
         return sum(e.tokens for e in entries[self.start : self.end])
+
+    def messages(self, entries: list[Entry]) -> int:
+        """The messages a marker over the span hides: an earlier marker in it is no message,
+        it stands for the messages it hid (which the new marker now hides)."""
+        return sum(e.messages for e in entries[self.start : self.end])
 
 
 @dataclass(frozen=True)

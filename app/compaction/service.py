@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Literal
 import orjson
 
 from app.compaction import plans
-from app.compaction.plans import Entry, Skip, Span
+from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.summarizer import Summarizer
 from app.config import Settings
 from app.context.effective import position
@@ -194,7 +194,7 @@ class CompactionService:
             if [entries[i].position for i in found] != span:
                 return Outcome("skipped", before, before, reason="context_changed")
             hidden = Span(found[0], found[-1] + 1)
-            content = SUMMARY_HEADER.format(count=len(span)) + summary.strip()
+            content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
             marker = {"role": "user", "content": content, "marker": "condense"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
@@ -218,7 +218,7 @@ class CompactionService:
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
-            content = TRUNCATION_TEXT.format(count=plan.end - plan.start)
+            content = TRUNCATION_TEXT.format(count=plan.messages(entries))
             marker = {"role": "user", "content": content, "marker": "truncation"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= plan.tokens(entries):  # e.g. only an older marker
@@ -396,7 +396,7 @@ class CompactionService:
             "original_tokens": original,
             "summary_tokens": tokens,
             "ratio": round(tokens / original, 4) if original else 0.0,
-            "compressed_message_count": span.end - span.start,
+            "compressed_message_count": span.messages(entries),
             "tokens_saved": original - tokens,
             "summarizer": None,
             "counted_as": fmt,
@@ -417,9 +417,11 @@ class CompactionService:
     ) -> Outcome:
         fmt = summary["counted_as"]
         before = self.tasks.context_tokens(locked, head, fmt)
+        hidden = span.messages(entries)
         marker = {
             **marker,
             "hides": list(span.hides(entries)),
+            HIDDEN_MESSAGES: hidden,
             "timestamp": summary["timestamp"],
             "tokens": cost[0],
             "format_tokens": cost[1],
@@ -434,7 +436,7 @@ class CompactionService:
             locked.task.uuid,
             locked.thread_id,
             summary["kind"],
-            span.end - span.start,
+            hidden,
             before,
             after,
         )
@@ -443,14 +445,14 @@ class CompactionService:
             before,
             after,
             summary_id=record.get("summary_id"),
-            hidden_messages=span.end - span.start,
+            hidden_messages=hidden,
         )
 
 
 def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:
     return {
         "hides": list(span.hides(entries)),
-        "messages": span.end - span.start,
+        "messages": span.messages(entries),
         "tokens": span.tokens(entries),
     }
 
