@@ -258,22 +258,25 @@ class CompactionService:
         self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
     ) -> Outcome | None:
         """Compact a context until its payload in ``fmt`` is within its budget (SPEC §3.3),
-        or raise TooLarge."""
+        or raise TooLarge; return the last step that changed it.
+
+        Measured again after every step, the condense too: one that waited for another
+        condense (a background job's) or was skipped may find the context under budget."""
         last: Outcome | None = None
         for round_number in range(MAX_FIT_ROUNDS):
             tokens, allowed, fmt = await self._measure(task_uuid, thread_id, fmt)
             if tokens <= allowed:
                 return last
             if round_number == 0:
-                last = await self._condense_in_time(task_uuid, fmt, thread_id)
-                if last is not None and last.kind != "skipped":
-                    continue
-            step = await self.truncate(task_uuid, fmt, thread_id=thread_id)
-            if step.kind == "skipped":
-                step = await self.elide(task_uuid, tokens - allowed, fmt, thread_id=thread_id)
-            if step.kind == "skipped":
-                break
-            last = step
+                step = await self._condense_in_time(task_uuid, fmt, thread_id)
+            else:
+                step = await self.truncate(task_uuid, fmt, thread_id=thread_id)
+                if step.kind == "skipped":
+                    step = await self.elide(task_uuid, tokens - allowed, fmt, thread_id=thread_id)
+                if step.kind == "skipped":
+                    break
+            if step is not None and step.kind != "skipped":
+                last = step
         tokens, allowed, fmt = await self._measure(task_uuid, thread_id, fmt)
         if tokens > allowed:
             raise TooLarge(

@@ -314,3 +314,44 @@ async def test_a_task_paused_while_its_payload_is_compacted_gets_413_not_409(
         assert response.json()["error"]["code"] == "context_over_budget"
         summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
         assert summaries == []
+
+
+async def test_request_after_a_background_condense_brought_it_under_budget_does_not_truncate(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """GET /request finds the context over budget while the background condense is with the
+    summariser; its own condense waits for that one, then has too few messages to condense.
+    The context is under budget by then: it is served as the condense left it.
+
+    Regression: /request truncated after a skipped condense without measuring again, hiding
+    the fresh summary behind a truncation marker.
+    """
+    fake_llm.set("ok", text="Background summary of src/mod_3.py.", delay=0.5)
+    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=10, request_condense_timeout_s=10)
+    async with running_app(settings) as client:
+        uuid = await new_task(client)
+        turns = [
+            {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "w" * 1200}
+            for n in range(12)
+        ]
+        response = await client.post(f"/tasks/{uuid}/messages", json={"messages": turns})
+        assert response.status_code == 201, response.text
+        assert response.json()["compaction_scheduled"] is True
+        await wait_for(lambda: _returns(bool(fake_llm.requests)))  # the job is summarising
+
+        response = await client.get(f"/tasks/{uuid}/request")
+
+        assert response.status_code == 200, response.text
+        assert int(response.headers["X-Context-Tokens"]) <= int(
+            response.headers["X-Context-Budget"]
+        )
+        summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+        job = await wait_for(finished_job(client, uuid))
+    assert job["status"] == "succeeded", job
+    assert [s["kind"] for s in summaries] == ["condense"]
+    texts = [m["content"] for m in response.json()["messages"]]
+    assert texts[1] == turns[0]["content"]
+    assert "Background summary of src/mod_3.py." in texts[2]
+    assert texts[3:] == [t["content"] for t in turns[-5:]]
+    assert len(fake_llm.requests) == 1
