@@ -62,7 +62,7 @@ class Summarizer:
     ) -> None:
         self.backends = backends
         self.counter = counter
-        self.prompt = prompt or DEFAULT_PROMPT
+        self.prompt = prompt if prompt.strip() else DEFAULT_PROMPT  # blanks are no prompt
         self.backend_name = backend_name or "default"
         self.max_tokens = max_tokens
 
@@ -92,7 +92,7 @@ class Summarizer:
     ) -> str:
         """A summary of the records (consumed once, in a worker thread), with the condense
         prompt unless another is given (the final summary's)."""
-        prompt = prompt or self.prompt
+        prompt = prompt if prompt and prompt.strip() else self.prompt
         chat = self.backend(backend)
         if chat is None:  # a digest of about four characters a token asked for
             max_chars = 4 * max_tokens if max_tokens else EXTRACTIVE_MAX_CHARS

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.compaction.summarizer import DEFAULT_PROMPT
 from app.config import Settings
 from tests.conftest import running_app as running_app
 from tests.conftest import task_body
@@ -355,3 +356,18 @@ async def test_request_after_a_background_condense_brought_it_under_budget_does_
     assert "Background summary of src/mod_3.py." in texts[2]
     assert texts[3:] == [t["content"] for t in turns[-5:]]
     assert len(fake_llm.requests) == 1
+
+
+async def test_a_blank_condense_prompt_means_the_default_one(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """CONDENSE_PROMPT of blanks is no prompt: the summariser gets the default one."""
+    settings = llm_settings(context_dir, fake_llm, condense_prompt=" \n\t ")
+    async with running_app(settings) as client:
+        uuid = await new_task(client, window=100_000)
+        await fill(client, uuid, 12)
+        response = await client.post(f"/tasks/{uuid}/compress", json={})
+        assert response.json()["kind"] == "condense", response.text
+    [request] = fake_llm.requests
+    assert request.body["messages"][0] == {"role": "system", "content": DEFAULT_PROMPT}
