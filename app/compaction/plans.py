@@ -75,6 +75,12 @@ def head_length(entries: list[Entry]) -> int:
     return min(index + 1, len(entries))
 
 
+def kept_instruction(entries: list[Entry], span: Span) -> Entry | None:
+    """The first user message before the span: the task statement, which the context keeps
+    (the summariser gets it for reference)."""
+    return next((e for e in entries[: span.start] if e.role == "user"), None)
+
+
 def _pair_safe(entries: list[Entry], start: int, end: int) -> Span:
     while start < end and entries[start].role == "tool":
         start += 1

@@ -160,10 +160,18 @@ class CompactionService:
                 span = [e.position for e in entries[plan.start : plan.end]]
                 task_files = ContextFiles(self.store.task_dir(locked.task))
                 backend = backend or await asyncio.to_thread(task_files.summary_backend)
+                instruction = plans.kept_instruction(entries, plan)
+                kept = None
+                if instruction is not None:
+                    kept = await asyncio.to_thread(
+                        _read_entry, files, instruction, head.messages_bytes
+                    )
                 handle = await asyncio.to_thread(open, files.messages, "rb")
             try:
                 summary = await self.summarizer.summarize(
-                    span_records(handle, head.messages_bytes, span[0], span[-1]), backend
+                    span_records(handle, head.messages_bytes, span[0], span[-1]),
+                    backend,
+                    kept=kept,
                 )
             except LLMError as exc:
                 raise CompactionFailed(str(exc), details={"backend": exc.backend}) from exc

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.compaction.extractive import KEPT_TITLE
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
 from tests.api.helpers import assert_error, read_jsonl, task_dir
@@ -232,6 +233,27 @@ async def test_auto_strategy_condenses_keeping_exactly_the_last_five(
     assert body["messages"][:2] == [SYSTEM, INSTRUCTION]
     assert body["messages"][2]["content"].startswith(SUMMARY_HEADER.format(count=9))
     assert body["messages"][3:] == posted[-5:]
+
+
+async def test_the_digest_shows_the_task_statement_as_kept_not_summarised(
+    client: httpx.AsyncClient,
+) -> None:
+    """The extractive digest quotes the first user message under its own heading, as kept in
+    the context for reference; it is not one of the messages summarised.
+
+    Regression: the digest saw only the span, so nothing said what the work was for."""
+    uuid = await new_task(client)
+    await append(client, uuid, [INSTRUCTION, *text_turns(12)])
+
+    outcome = await compress(client, uuid, "condense")
+
+    assert outcome["hidden_messages"] == 7
+    body, _, _ = await payload(client, uuid)
+    summary = body["messages"][2]["content"]
+    assert f"\n\n{KEPT_TITLE}:\n- {INSTRUCTION['content']}\n\n" in summary
+    assert summary.count(INSTRUCTION["content"]) == 1
+    assert "Extractive digest of 7 messages (seq 3-9): 4 assistant, 3 user." in summary
+    assert body["messages"][1] == INSTRUCTION
 
 
 async def test_condense_twice_folds_the_older_summary_in(client: httpx.AsyncClient) -> None:
