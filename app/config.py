@@ -133,7 +133,8 @@ class Settings(BaseSettings):
     keep_recent: int = Field(5, ge=1, description="Messages a condense always keeps at the end.")
     min_to_compress: int = Field(5, ge=1, description="Fewer messages than this: no condense.")
     condense_prompt: str = Field(
-        "", description="Summary prompt; empty: seed 002's. With {messages}: seed 001's style."
+        "",
+        description="Summary prompt; empty or blanks: seed 002's. With {messages}: seed 001's.",
     )
     condense_backend: str = Field(
         "", description="Named LLM backend for condensing; empty: the default backend."

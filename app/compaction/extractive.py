@@ -3,12 +3,13 @@
 The records are read once, in order, and only bounded state is kept (every list is capped), so a
 digest of a huge context costs little memory. The result is plain text of at most ``max_chars``:
 
-    User requests     verbatim; long ones cut in the middle with a marker
-    Assistant notes   the first sentence(s) of assistant texts
-    Tool calls        name, salient argument, outcome (ok/error and the first meaningful line)
-    Errors            error-like lines from tool results and messages
-    Files             paths from tool arguments and texts, deduplicated, in first-seen order
-    Latest state      the last assistant text and the last tool call with its outcome
+    First user message  given apart (the task, which the context keeps): its start, for reference
+    User requests       verbatim; long ones cut in the middle with a marker
+    Assistant notes     the first sentence(s) of assistant texts
+    Tool calls          name, salient argument, outcome (ok/error and the first meaningful line)
+    Errors              error-like lines from tool results and messages
+    Files               paths from tool arguments and texts, deduplicated, in first-seen order
+    Latest state        the last assistant text and the last tool call with its outcome
 
 Nothing is invented: every excerpt is copied from the input (runs of whitespace collapsed to one
 space) and every cut is marked ("…", "[… N chars cut …]", "(+N more)"); a call repeated with the
@@ -52,6 +53,9 @@ MAX_PENDING_CALLS = 256
 
 # Lengths of excerpts, in characters.
 USER_MAX, USER_HEAD, USER_TAIL = 700, 450, 200
+# The first user message, which the context keeps: its start, for reference (a digest of a
+# short span must stay smaller than the span).
+KEPT_MAX = 200
 # An earlier condense's summary, met again when the context is condensed once more.
 EARLIER_MAX, EARLIER_HEAD, EARLIER_TAIL = 4000, 2800, 1000
 NOTE_MAX = 200
@@ -510,6 +514,10 @@ class DigestState:
     earlier: HeadTail = field(default_factory=lambda: HeadTail(1, 2))
     last_text: str = ""
     last_call: ToolCall | None = None
+    kept: str = ""  # the first user message, kept in the context: not one of the records
+
+    def keep(self, record: dict[str, Any]) -> None:
+        self.kept = cut_end(normalize(content_text(record.get("content"))), KEPT_MAX)
 
     def add(self, record: dict[str, Any]) -> None:
         marker = marker_kind(record)
@@ -724,7 +732,9 @@ def _sections(state: DigestState, root: str | None) -> dict[str, Section]:
         return short(call.render())
 
     latest = [short(item) for item in _latest_items(state)]
+    kept = [short(state.kept)] if state.kept else []
     return {
+        KEPT_TITLE: Section(KEPT_TITLE, kept, list(range(len(kept)))),
         EARLIER: _stream_section(EARLIER, state.earlier, short),
         "User requests": _stream_section("User requests", state.users, short),
         "Assistant notes": _stream_section("Assistant notes", state.notes, short),
@@ -742,7 +752,9 @@ def _sections(state: DigestState, root: str | None) -> dict[str, Section]:
 # Paths only seen in tool output come last: they get what no other section wants.
 OUTPUT_PATHS = "Other paths seen in tool output"
 EARLIER = "Earlier summaries"
+KEPT_TITLE = "First user message (kept in the context, for reference)"
 _ORDER = (
+    KEPT_TITLE,
     EARLIER,
     "User requests",
     "Assistant notes",
@@ -753,6 +765,7 @@ _ORDER = (
     "Latest state",
 )
 _SHARES = {
+    KEPT_TITLE: 0.05,  # only with a kept message: the shares of the span's sections add to 1
     EARLIER: 0.2,  # an empty section leaves its share to the others
     "Files": 0.2,
     "Errors": 0.14,
@@ -770,6 +783,7 @@ _PRIORITY = (
     "Latest state",
     "Tool calls",
     "Assistant notes",
+    KEPT_TITLE,
     OUTPUT_PATHS,
 )
 
@@ -785,6 +799,7 @@ def _pick_root(state: DigestState) -> str | None:
     root = common_root(path for path, (tier, _) in paths.items() if tier < TIER_OUTPUT)
     root = root or common_root(paths)
     texts = [*state.users.items(), *state.notes.items(), *state.errors.items(), state.last_text]
+    texts.append(state.kept)
     texts += list(state.paths.paths)
     texts += [call.render() for call in state.calls.items()]
     return None if root is None or any(ROOT_TOKEN in text for text in texts) else root
@@ -811,13 +826,19 @@ def render(state: DigestState, max_chars: int) -> str:
 
 
 def extractive_digest(
-    records: Iterable[dict[str, Any]], *, max_chars: int = DEFAULT_MAX_CHARS
+    records: Iterable[dict[str, Any]],
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    kept: dict[str, Any] | None = None,
 ) -> str:
     """A plain-text digest of message records, at most ``max_chars`` characters.
 
     ``records`` are ``messages.jsonl`` records (or plain OpenAI messages), consumed once.
+    ``kept``, the first user message that the context keeps, is quoted apart, for reference.
     """
     state = DigestState()
+    if kept is not None:
+        state.keep(kept)
     for record in records:
         state.add(record)
     return render(state, max_chars)

@@ -11,6 +11,10 @@ from typing import Any
 from app.context.effective import COMPACTION_KINDS, marker_kind, position
 from app.context.records import record_tokens
 
+# A compaction marker's field: how many messages it hides (markers written before it was
+# stored count as one each, as they were counted then).
+HIDDEN_MESSAGES = "hidden_messages"
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -22,6 +26,7 @@ class Entry:
     tokens: int
     marker: str | None
     last: int | None = None  # a compaction marker: the last position it stands for (hides[1])
+    messages: int = 1  # the messages it stands for: a compaction marker's, those it hides
 
     @classmethod
     def of(cls, record: dict[str, Any], fmt: str = "openai") -> "Entry":
@@ -34,6 +39,7 @@ class Entry:
             tokens=record_tokens(record, fmt),
             marker=kind,
             last=record["hides"][1] if kind in COMPACTION_KINDS else None,
+            messages=record.get(HIDDEN_MESSAGES, 1) if kind in COMPACTION_KINDS else 1,
         )
 
 
@@ -51,6 +57,11 @@ class Span:
     def tokens(self, entries: list[Entry]) -> int:
         return sum(e.tokens for e in entries[self.start : self.end])
 
+    def messages(self, entries: list[Entry]) -> int:
+        """The messages a marker over the span hides: an earlier marker in it is no message,
+        it stands for the messages it hid (which the new marker now hides)."""
+        return sum(e.messages for e in entries[self.start : self.end])
+
 
 @dataclass(frozen=True)
 class Skip:
@@ -63,6 +74,12 @@ def head_length(entries: list[Entry]) -> int:
     while index < len(entries) and entries[index].role == "system":
         index += 1
     return min(index + 1, len(entries))
+
+
+def kept_instruction(entries: list[Entry], span: Span) -> Entry | None:
+    """The first user message before the span: the task statement, which the context keeps
+    (the summariser gets it for reference)."""
+    return next((e for e in entries[: span.start] if e.role == "user"), None)
 
 
 def _pair_safe(entries: list[Entry], start: int, end: int) -> Span:

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Literal
 import orjson
 
 from app.compaction import plans
-from app.compaction.plans import Entry, Skip, Span
+from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.summarizer import Summarizer
 from app.config import Settings
 from app.context.effective import is_marker, position
@@ -160,10 +160,18 @@ class CompactionService:
                 span = [e.position for e in entries[plan.start : plan.end]]
                 task_files = ContextFiles(self.store.task_dir(locked.task))
                 backend = backend or await asyncio.to_thread(task_files.summary_backend)
+                instruction = plans.kept_instruction(entries, plan)
+                kept = None
+                if instruction is not None:
+                    kept = await asyncio.to_thread(
+                        _read_entry, files, instruction, head.messages_bytes
+                    )
                 handle = await asyncio.to_thread(open, files.messages, "rb")
             try:
                 summary = await self.summarizer.summarize(
-                    span_records(handle, head.messages_bytes, span[0], span[-1]), backend
+                    span_records(handle, head.messages_bytes, span[0], span[-1]),
+                    backend,
+                    kept=kept,
                 )
             except LLMError as exc:
                 raise CompactionFailed(str(exc), details={"backend": exc.backend}) from exc
@@ -194,7 +202,7 @@ class CompactionService:
             if [entries[i].position for i in found] != span:
                 return Outcome("skipped", before, before, reason="context_changed")
             hidden = Span(found[0], found[-1] + 1)
-            content = SUMMARY_HEADER.format(count=len(span)) + summary.strip()
+            content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
             marker = {"role": "user", "content": content, "marker": "condense"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
@@ -218,7 +226,7 @@ class CompactionService:
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
-            content = TRUNCATION_TEXT.format(count=plan.end - plan.start)
+            content = TRUNCATION_TEXT.format(count=plan.messages(entries))
             marker = {"role": "user", "content": content, "marker": "truncation"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= plan.tokens(entries):  # e.g. only an older marker
@@ -258,22 +266,25 @@ class CompactionService:
         self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
     ) -> Outcome | None:
         """Compact a context until its payload in ``fmt`` is within its budget (SPEC §3.3),
-        or raise TooLarge."""
+        or raise TooLarge; return the last step that changed it.
+
+        Measured again after every step, the condense too: one that waited for another
+        condense (a background job's) or was skipped may find the context under budget."""
         last: Outcome | None = None
         for round_number in range(MAX_FIT_ROUNDS):
             tokens, allowed, fmt = await self._measure(task_uuid, thread_id, fmt)
             if tokens <= allowed:
                 return last
             if round_number == 0:
-                last = await self._condense_in_time(task_uuid, fmt, thread_id)
-                if last is not None and last.kind != "skipped":
-                    continue
-            step = await self.truncate(task_uuid, fmt, thread_id=thread_id)
-            if step.kind == "skipped":
-                step = await self.elide(task_uuid, tokens - allowed, fmt, thread_id=thread_id)
-            if step.kind == "skipped":
-                break
-            last = step
+                step = await self._condense_in_time(task_uuid, fmt, thread_id)
+            else:
+                step = await self.truncate(task_uuid, fmt, thread_id=thread_id)
+                if step.kind == "skipped":
+                    step = await self.elide(task_uuid, tokens - allowed, fmt, thread_id=thread_id)
+                if step.kind == "skipped":
+                    break
+            if step is not None and step.kind != "skipped":
+                last = step
         tokens, allowed, fmt = await self._measure(task_uuid, thread_id, fmt)
         if tokens > allowed:
             raise TooLarge(
@@ -396,7 +407,7 @@ class CompactionService:
             "original_tokens": original,
             "summary_tokens": tokens,
             "ratio": round(tokens / original, 4) if original else 0.0,
-            "compressed_message_count": span.end - span.start,
+            "compressed_message_count": span.messages(entries),
             "tokens_saved": original - tokens,
             "summarizer": None,
             "counted_as": fmt,
@@ -417,9 +428,11 @@ class CompactionService:
     ) -> Outcome:
         fmt = summary["counted_as"]
         before = self.tasks.context_tokens(locked, head, fmt)
+        hidden = span.messages(entries)
         marker = {
             **marker,
             "hides": list(span.hides(entries)),
+            HIDDEN_MESSAGES: hidden,
             "timestamp": summary["timestamp"],
             "tokens": cost[0],
             "format_tokens": cost[1],
@@ -434,7 +447,7 @@ class CompactionService:
             locked.task.uuid,
             locked.thread_id,
             summary["kind"],
-            span.end - span.start,
+            hidden,
             before,
             after,
         )
@@ -443,14 +456,14 @@ class CompactionService:
             before,
             after,
             summary_id=record.get("summary_id"),
-            hidden_messages=span.end - span.start,
+            hidden_messages=hidden,
         )
 
 
 def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:
     return {
         "hides": list(span.hides(entries)),
-        "messages": span.end - span.start,
+        "messages": span.messages(entries),
         "tokens": span.tokens(entries),
     }
 

@@ -46,6 +46,9 @@ COMBINE_REQUEST = (
     "These are summaries of consecutive parts of one conversation, oldest first. Combine them "
     "into one summary in the same structure, keeping every file, error and pending task."
 )
+# The first user message goes with the span for reference: the context keeps it, so the
+# summary can say what the work was for without retelling it.
+KEPT_LABEL = "The first user message (the task), kept in the context, for reference"
 EXTRACTIVE_MAX_CHARS = 6000
 _WINDOW_SHARE = 0.6  # of the backend's window a chunk may fill; the rest is prompt and answer
 
@@ -62,7 +65,7 @@ class Summarizer:
     ) -> None:
         self.backends = backends
         self.counter = counter
-        self.prompt = prompt or DEFAULT_PROMPT
+        self.prompt = prompt if prompt.strip() else DEFAULT_PROMPT  # blanks are no prompt
         self.backend_name = backend_name or "default"
         self.max_tokens = max_tokens
 
@@ -89,32 +92,48 @@ class Summarizer:
         *,
         prompt: str | None = None,
         max_tokens: int | None = None,
+        kept: dict[str, Any] | None = None,
     ) -> str:
         """A summary of the records (consumed once, in a worker thread), with the condense
-        prompt unless another is given (the final summary's)."""
-        prompt = prompt or self.prompt
+        prompt unless another is given (the final summary's). ``kept``, a message the context
+        keeps (the task statement), is given along, marked as kept, not to be summarised."""
+        prompt = prompt if prompt and prompt.strip() else self.prompt
         chat = self.backend(backend)
         if chat is None:  # a digest of about four characters a token asked for
             max_chars = 4 * max_tokens if max_tokens else EXTRACTIVE_MAX_CHARS
-            return await asyncio.to_thread(extractive_digest, records, max_chars=max_chars)
+            return await asyncio.to_thread(
+                extractive_digest, records, max_chars=max_chars, kept=kept
+            )
         max_tokens = max_tokens or self.max_tokens
-        budget = int(chat.window * _WINDOW_SHARE) - max_tokens
+        budget = max(int(chat.window * _WINDOW_SHARE) - max_tokens, 256)
+        # The kept message, at most a quarter of a request (a pasted log keeps its start).
+        reference, size = (None, 0)
+        if kept is not None:
+            reference, size = _fitted(openai_message(kept), self.counter, budget // 4)
         parts: list[str] = []
-        chunks = _chunks(records, self.counter, max(budget, 256))
+        chunks = _chunks(records, self.counter, budget - size)
         while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
-            parts.append(await chat.complete(_request(prompt, chunk), max_tokens=max_tokens))
+            request = _request(prompt, chunk, reference)
+            parts.append(await chat.complete(request, max_tokens=max_tokens))
         while len(parts) > 1:  # combined in rounds of groups that fit the window
-            groups = _groups(parts, self.counter, max(budget, 256))
-            parts = [await _combine(chat, group, prompt, max_tokens) for group in groups]
+            groups = _groups(parts, self.counter, budget - size)
+            parts = [await _combine(chat, group, prompt, max_tokens, reference) for group in groups]
         return parts[0]
 
 
-async def _combine(chat: ChatBackend, parts: list[str], prompt: str, max_tokens: int) -> str:
+async def _combine(
+    chat: ChatBackend,
+    parts: list[str],
+    prompt: str,
+    max_tokens: int,
+    kept: dict[str, Any] | None,
+) -> str:
     if len(parts) == 1:
         return parts[0]
     combined = "\n\n".join(f"Part {i + 1}:\n{part}" for i, part in enumerate(parts))
     messages = [
         {"role": "system", "content": prompt},
+        *_kept_turn(kept),
         {"role": "user", "content": f"{COMBINE_REQUEST}\n\n{combined}"},
     ]
     return await chat.complete(messages, max_tokens=max_tokens)
@@ -136,13 +155,21 @@ def _groups(parts: list[str], counter: TextCounter, budget: int) -> list[list[st
     return groups
 
 
-def _request(prompt: str, chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _request(
+    prompt: str, chunk: list[dict[str, Any]], kept: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The request for one chunk; the kept message, if any, before it."""
     if "{messages}" in prompt:  # seed 001 §7.3: the messages inside the prompt
-        text = "\n".join(f"[{m['role'].upper()}]: {_text(m)}" for m in chunk)
-        return [{"role": "user", "content": prompt.replace("{messages}", text)}]
+        lines = [f"[{KEPT_LABEL}]: {_text(kept)}"] if kept is not None else []
+        lines += [f"[{m['role'].upper()}]: {_text(m)}" for m in chunk]
+        return [{"role": "user", "content": prompt.replace("{messages}", "\n".join(lines))}]
     # Seed 002: the prompt as system, the conversation as it was, then the request.
     body = [{"role": _chat_role(m), "content": _text(m)} for m in chunk]
-    return [{"role": "system", "content": prompt}, *body, _final_request()]
+    return [{"role": "system", "content": prompt}, *_kept_turn(kept), *body, _final_request()]
+
+
+def _kept_turn(kept: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return [] if kept is None else [{"role": "user", "content": f"[{KEPT_LABEL}]\n{_text(kept)}"}]
 
 
 def _final_request() -> dict[str, Any]:
@@ -178,12 +205,7 @@ def _chunks(
     size = 0
     for record in records:
         message = openai_message(record) | {"tool_name": record.get("tool_name")}
-        tokens = message_tokens(counter, message)
-        if tokens > budget:  # one message larger than the window: keep its start
-            text = _text(message)
-            keep = max(1, len(text) * budget // max(1, content_tokens(counter, text)) // 2)
-            message = {"role": message["role"], "content": text[:keep] + "\n[... cut ...]"}
-            tokens = budget // 2
+        message, tokens = _fitted(message, counter, budget)
         if chunk and size + tokens > budget:
             yield chunk
             chunk, size = [], 0
@@ -191,3 +213,15 @@ def _chunks(
         size += tokens
     if chunk:
         yield chunk
+
+
+def _fitted(
+    message: dict[str, Any], counter: TextCounter, budget: int
+) -> tuple[dict[str, Any], int]:
+    """The message and its tokens; one larger than ``budget`` as its start only."""
+    tokens = message_tokens(counter, message)
+    if tokens <= budget:
+        return message, tokens
+    text = _text(message)
+    keep = max(1, len(text) * budget // max(1, content_tokens(counter, text)) // 2)
+    return {"role": message["role"], "content": text[:keep] + "\n[... cut ...]"}, budget // 2

@@ -42,6 +42,8 @@ RESERVED_FIELDS = frozenset(
         "request_hash",
         "marker",
         "hides",
+        "hidden_messages",
+        "lost",
         "to_seq",
         "include_target",
         "summary_id",

@@ -6,12 +6,14 @@ by an append (the threshold is never crossed) and every compaction is the one th
 """
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from app.compaction.extractive import KEPT_TITLE
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
 from tests.api.helpers import assert_error, read_jsonl, task_dir
@@ -32,6 +34,10 @@ SYSTEM = {"role": "system", "content": "You are a coding agent."}
 INSTRUCTION = {"role": "user", "content": "Fix the failing tests in src/ and explain the fix."}
 SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
 ELISION_TEXT = "characters elided to fit the context window"
+MARKER_COUNT = (
+    r"\[Sliding window truncation: (\d+) messages hidden"
+    r"|\[Summary of the earlier conversation \((\d+) messages\)\]"
+)
 
 
 def call_turn(i: int, result: str | None = None) -> list[Message]:
@@ -229,6 +235,27 @@ async def test_auto_strategy_condenses_keeping_exactly_the_last_five(
     assert body["messages"][3:] == posted[-5:]
 
 
+async def test_the_digest_shows_the_task_statement_as_kept_not_summarised(
+    client: httpx.AsyncClient,
+) -> None:
+    """The extractive digest quotes the first user message under its own heading, as kept in
+    the context for reference; it is not one of the messages summarised.
+
+    Regression: the digest saw only the span, so nothing said what the work was for."""
+    uuid = await new_task(client)
+    await append(client, uuid, [INSTRUCTION, *text_turns(12)])
+
+    outcome = await compress(client, uuid, "condense")
+
+    assert outcome["hidden_messages"] == 7
+    body, _, _ = await payload(client, uuid)
+    summary = body["messages"][2]["content"]
+    assert f"\n\n{KEPT_TITLE}:\n- {INSTRUCTION['content']}\n\n" in summary
+    assert summary.count(INSTRUCTION["content"]) == 1
+    assert "Extractive digest of 7 messages (seq 3-9): 4 assistant, 3 user." in summary
+    assert body["messages"][1] == INSTRUCTION
+
+
 async def test_condense_twice_folds_the_older_summary_in(client: httpx.AsyncClient) -> None:
     """A second condense after more messages hides the first summary with the rest."""
     uuid = await new_task(client)
@@ -245,6 +272,9 @@ async def test_condense_twice_folds_the_older_summary_in(client: httpx.AsyncClie
     summaries = [m for m in body["messages"] if m["content"].startswith("[Summary of")]
     assert len(summaries) == 1  # the first summary is inside the second's span
     assert body["messages"][3:] == more[-5:]
+    # It stands for the first one's 7 messages and 10 more, not for the summary as one.
+    assert [second["hidden_messages"]] == shown_counts(summaries) == [7 + 10]
+    assert len(body["messages"]) - 1 + 17 == 1 + 1 + 12 + 10  # shown or counted, once
     records = await history(client, uuid)
     markers = [r for r in records if r.get("marker") == "condense"]
     assert markers[1]["hides"][0] == markers[0]["hides"][0]  # starts at the older summary
@@ -340,6 +370,48 @@ async def test_truncate_hides_half_with_a_marker(
     assert (await statistics(client, uuid))["statistics"]["compression_count"] == 1
 
 
+def shown_counts(messages: list[Message]) -> list[int]:
+    """The message counts that the payload's truncation and summary markers show."""
+    counts = []
+    for message in messages:
+        found = re.match(MARKER_COUNT, message.get("content") or "")
+        if found:
+            counts.append(int(found.group(1) or found.group(2)))
+    return counts
+
+
+async def test_a_second_truncation_counts_the_messages_the_first_one_hid(
+    client: httpx.AsyncClient, context_dir: Path
+) -> None:
+    """A truncation whose span takes in an earlier marker folds it in: the new marker stands
+    for the earlier marker's messages and its own, and counts no marker as a message.
+
+    Regression: the earlier marker counted as one message, so the second marker said
+    "2 messages hidden" while 7 were.
+    """
+    uuid = await new_task(client)
+    posted = [INSTRUCTION, *text_turns(12)]  # seqs 2..14
+    await append(client, uuid, posted)
+    first = await compress(client, uuid, "truncate")  # hides 3..8: 6 messages
+    # [system, instruction, marker, 6 turns]: half of 7 is 3, even 2: the marker and a turn.
+
+    second = await compress(client, uuid, "truncate")
+
+    assert (first["hidden_messages"], second["hidden_messages"]) == (6, 7)
+    body, _, _ = await payload(client, uuid)
+    text = "[Sliding window truncation: 7 messages hidden to reduce context]"
+    assert body["messages"] == [SYSTEM, INSTRUCTION, {"role": "user", "content": text}, *posted[8:]]
+    # Every message is either shown or counted by exactly one marker shown.
+    shown = len(body["messages"]) - len(shown_counts(body["messages"]))
+    assert shown + sum(shown_counts(body["messages"])) == 1 + len(posted)
+    records = await history(client, uuid)
+    markers = [r for r in records if r.get("marker") == "truncation"]
+    assert [m["hides"] for m in markers] == [[3, 8], [3, 9]]  # both stay in the history
+    summaries = read_jsonl(task_dir(context_dir, uuid) / "summaries.jsonl")
+    assert [s["compressed_message_count"] for s in summaries] == [6, 7]
+    assert summaries[1]["summary"] == text
+
+
 async def test_truncate_never_splits_a_tool_pair(client: httpx.AsyncClient) -> None:
     """A truncation cut landing between a call and its result moves before the call."""
     uuid = await new_task(client)
@@ -388,11 +460,11 @@ async def test_truncating_behind_a_summary_keeps_its_messages_hidden(
     outcome = await compress(client, uuid, "truncate")
 
     assert outcome["kind"] == "truncation"
-    assert outcome["hidden_messages"] == 5
+    assert outcome["hidden_messages"] == 14 + 4  # the summary's 14, the call, its 3 results
     assert outcome["tokens_after"] < outcome["tokens_before"]
     body, tokens, _ = await payload(client, uuid)
     assert tokens == outcome["tokens_after"]
-    text = "[Sliding window truncation: 5 messages hidden to reduce context]"
+    text = "[Sliding window truncation: 18 messages hidden to reduce context]"
     assert body["messages"] == [SYSTEM, INSTRUCTION, {"role": "user", "content": text}, tail[-1]]
     records = await history(client, uuid)
     assert records[-1]["hides"] == [3, 20]

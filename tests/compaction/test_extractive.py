@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from app.compaction.extractive import (
+    KEPT_MAX,
+    KEPT_TITLE,
     MAX_PATHS,
     MAX_PENDING_CALLS,
     OUTPUT_PATHS,
@@ -195,6 +197,25 @@ def test_empty_input() -> None:
     assert extractive_digest([]) == "Extractive digest of 0 messages."
     rewind = {"seq": 3, "type": "marker", "marker": "rewind", "to_seq": 1}
     assert extractive_digest([rewind]) == "Extractive digest of 0 messages."
+
+
+def test_the_kept_message_is_quoted_apart_and_not_counted() -> None:
+    """The first user message given as kept: its start under its own heading, before the
+    span's sections; not one of the messages digested, nor one of their requests or files."""
+    task = {"role": "user", "content": "Port src/legacy.py to the new API.  " + "Details. " * 40}
+    span = [{"seq": 3, "role": "assistant", "content": "Reading it."}]
+
+    digest = extractive_digest(span, kept=task)
+
+    header, kept, *rest = digest.split("\n\n")
+    assert header == "Extractive digest of 1 messages (seq 3-3): 1 assistant."
+    title, item = kept.split("\n")
+    assert title == f"{KEPT_TITLE}:"
+    assert item.startswith("- Port src/legacy.py to the new API. Details.")
+    assert item.endswith("…")
+    assert len(item) == len("- ") + KEPT_MAX
+    assert "src/legacy.py" not in "\n".join(rest)
+    assert extractive_digest(span) == "\n\n".join([header, *rest])
 
 
 def test_sections_and_outcomes() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.compaction.summarizer import DEFAULT_PROMPT, KEPT_LABEL
 from app.config import Settings
 from tests.conftest import running_app as running_app
 from tests.conftest import task_body
@@ -283,7 +284,8 @@ async def test_a_prompt_with_messages_gets_them_inline(
     [request] = fake_llm.requests
     [message] = request.body["messages"]
     assert message["role"] == "user"
-    assert message["content"].startswith("Sum up:\n[ASSISTANT]: turn 1 about src/mod_1.py")
+    assert message["content"].startswith(f"Sum up:\n[{KEPT_LABEL}]: turn 0 about src/mod_0.py")
+    assert "\n[ASSISTANT]: turn 1 about src/mod_1.py" in message["content"]
     assert "\n[USER]: turn 2 about" in message["content"]
     assert message["content"].endswith("\nDone.")
 
@@ -314,3 +316,89 @@ async def test_a_task_paused_while_its_payload_is_compacted_gets_413_not_409(
         assert response.json()["error"]["code"] == "context_over_budget"
         summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
         assert summaries == []
+
+
+async def test_request_after_a_background_condense_brought_it_under_budget_does_not_truncate(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """GET /request finds the context over budget while the background condense is with the
+    summariser; its own condense waits for that one, then has too few messages to condense.
+    The context is under budget by then: it is served as the condense left it.
+
+    Regression: /request truncated after a skipped condense without measuring again, hiding
+    the fresh summary behind a truncation marker.
+    """
+    fake_llm.set("ok", text="Background summary of src/mod_3.py.", delay=0.5)
+    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=10, request_condense_timeout_s=10)
+    async with running_app(settings) as client:
+        uuid = await new_task(client)
+        turns = [
+            {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "w" * 1200}
+            for n in range(12)
+        ]
+        response = await client.post(f"/tasks/{uuid}/messages", json={"messages": turns})
+        assert response.status_code == 201, response.text
+        assert response.json()["compaction_scheduled"] is True
+        await wait_for(lambda: _returns(bool(fake_llm.requests)))  # the job is summarising
+
+        response = await client.get(f"/tasks/{uuid}/request")
+
+        assert response.status_code == 200, response.text
+        assert int(response.headers["X-Context-Tokens"]) <= int(
+            response.headers["X-Context-Budget"]
+        )
+        summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+        job = await wait_for(finished_job(client, uuid))
+    assert job["status"] == "succeeded", job
+    assert [s["kind"] for s in summaries] == ["condense"]
+    texts = [m["content"] for m in response.json()["messages"]]
+    assert texts[1] == turns[0]["content"]
+    assert "Background summary of src/mod_3.py." in texts[2]
+    assert texts[3:] == [t["content"] for t in turns[-5:]]
+    assert len(fake_llm.requests) == 1
+
+
+async def test_a_blank_condense_prompt_means_the_default_one(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+) -> None:
+    """CONDENSE_PROMPT of blanks is no prompt: the summariser gets the default one."""
+    settings = llm_settings(context_dir, fake_llm, condense_prompt=" \n\t ")
+    async with running_app(settings) as client:
+        uuid = await new_task(client, window=100_000)
+        await fill(client, uuid, 12)
+        response = await client.post(f"/tasks/{uuid}/compress", json={})
+        assert response.json()["kind"] == "condense", response.text
+    [request] = fake_llm.requests
+    assert request.body["messages"][0] == {"role": "system", "content": DEFAULT_PROMPT}
+
+
+@pytest.mark.parametrize("prompt", ["", "Sum up:\n{messages}\nDone."])
+async def test_the_summariser_sees_the_task_statement_marked_as_kept(
+    context_dir: Path,
+    fake_llm: FakeLLM,
+    prompt: str,
+) -> None:
+    """The first user message stays in the context, outside the span: the summariser gets it
+    for reference, said to be kept, before the span, and the span is summarised as before.
+
+    Regression: it got only the span, so a summary could not say what the work was for."""
+    settings = llm_settings(context_dir, fake_llm, condense_prompt=prompt)
+    async with running_app(settings) as client:
+        uuid = await new_task(client, window=100_000)
+        await fill(client, uuid, 12, size=100)  # turn 0, the first user message, is kept
+        response = await client.post(f"/tasks/{uuid}/compress", json={})
+        assert response.json()["kind"] == "condense", response.text
+        assert response.json()["hidden_messages"] == 6  # turns 1..6: the head is not in it
+    [request] = fake_llm.requests
+    messages = request.body["messages"]
+    text = "\n".join(m["content"] for m in messages)
+    kept = f"{KEPT_LABEL}]\nturn 0 about src/mod_0.py " if not prompt else f"{KEPT_LABEL}]: turn 0"
+    assert text.count("turn 0 about") == 1
+    assert kept in text
+    assert text.index(kept) < text.index("turn 1 about") < text.index("turn 6 about")
+    assert "turn 7 about" not in text
+    if not prompt:  # the prompt, the kept message, the span, the request
+        assert messages[1]["content"] == f"[{KEPT_LABEL}]\nturn 0 about src/mod_0.py " + "w" * 100
+        assert [m["content"][:6] for m in messages[2:-1]] == [f"turn {n}" for n in range(1, 7)]

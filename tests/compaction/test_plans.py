@@ -302,3 +302,19 @@ def test_a_system_prompt_larger_than_the_budget_becomes_a_candidate() -> None:
     items = entries("ssuatu", [4000, 6000, 300, 200, 500, 200])
     assert by_size(items, minimum=64, excess=3000) == [1, 0, 4, 2, 3, 5]
     assert by_size(entries("ss", [900, 900])) == [0, 1]
+
+
+def test_a_span_counts_the_messages_its_markers_hid_not_the_markers() -> None:
+    """A marker entry stands for the messages it hid; one written before the count was stored
+    counts as one, as it did then."""
+    summary = {"seq": 30, "role": "user", "content": "s", "tokens": 5, "marker": "condense"}
+    truncation = {"seq": 31, "role": "user", "content": "t", "tokens": 5, "marker": "truncation"}
+    message = {"seq": 12, "role": "user", "content": "m", "tokens": 5}
+    items = [
+        Entry.of(summary | {"hides": [3, 9], "hidden_messages": 6}),
+        Entry.of(truncation | {"hides": [10, 11]}),  # stored without its count
+        Entry.of(message),
+    ]
+    assert [e.messages for e in items] == [6, 1, 1]
+    assert Span(0, 3).messages(items) == 8
+    assert Span(1, 3).messages(items) == 2
