@@ -7,6 +7,7 @@ GET /maintenance report every orphan.
 """
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ import httpx
 import pytest
 
 from app.config import Settings
+from app.lifespan import open_services
+from app.maintenance.service import MaintenanceService
 from app.storage.layout import ORPHANS
 from tests.api.helpers import locations
 from tests.conftest import running_app, snapshot_dir, task_body
@@ -95,3 +98,50 @@ async def test_create_over_a_directory_without_row_sets_it_aside_intact(
         await get_json(client, f"/tasks/{uuid}/request")
     assert snapshot_dir(aside) == old
     assert locations(context_dir, uuid) == ["running"]
+
+
+async def test_reconciliation_and_maintenance_report_the_orphans(
+    settings: Settings, context_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a restore: a directory without a row (left in place), one set aside by a create,
+    and a row whose directory is gone. Startup logs each kind with its uuids; GET /maintenance
+    counts and lists them (capped, sorted), and a healthy task appears in none."""
+    async with running_app(settings) as client:
+        healthy = await _task_with_history(client)
+        strangers = sorted([await _task_with_history(client, "stop") for _ in range(3)])
+        displaced = await _task_with_history(client)
+        lost = await _task_with_history(client)
+    for uuid in (*strangers, displaced):
+        _forget_row(context_dir, uuid)
+    shutil.rmtree(context_dir / "running" / lost)
+    before = snapshot_dir(context_dir)
+
+    with caplog.at_level(logging.ERROR):
+        async with running_app(settings) as client:
+            assert snapshot_dir(context_dir) == before  # reconciliation moved nothing
+            await post_json(client, "/tasks", _new_body(displaced))
+            report = await get_json(client, "/maintenance")
+    started = [r.getMessage() for r in caplog.records if r.name == "app.storage.reconcile"]
+    assert any(all(u in m for u in strangers) and "no task row" in m for m in started)
+    assert any(lost in m and "missing" in m for m in started)
+    [aside] = _set_aside(context_dir, displaced)
+    assert report == {
+        "orphans": {
+            "directories_without_rows": {
+                "count": 3,
+                "items": [f"paused/{uuid}" for uuid in strangers],
+            },
+            "set_aside": {"count": 1, "items": [aside.name]},
+            "rows_without_directories": {"count": 1, "items": [lost]},
+        }
+    }
+    assert healthy not in str(report)
+
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):
+        async with open_services(settings) as services:  # a second start reports the set aside
+            capped = MaintenanceService(services.db, services.tasks, settings, max_listed=2)
+            orphans = (await capped.overview()).orphans
+    assert orphans.directories_without_rows.count == 3
+    assert orphans.directories_without_rows.items == [f"paused/{u}" for u in strangers[:2]]
+    assert any(aside.name in r.getMessage() for r in caplog.records)
