@@ -6,8 +6,11 @@ old directory aside, intact, under .orphans/ and creates the task; startup recon
 GET /maintenance report every orphan.
 """
 
+import errno
 import logging
+import os
 import shutil
+import uuid as uuid_module
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from app.config import Settings
 from app.lifespan import open_services
 from app.maintenance.service import MaintenanceService
 from app.storage.layout import ORPHANS
-from tests.api.helpers import locations
+from tests.api.helpers import assert_error, locations, paths_naming
 from tests.conftest import running_app, snapshot_dir, task_body
 from tests.database import run_sql
 from tests.storage.support import get_json, post_json
@@ -145,3 +148,32 @@ async def test_reconciliation_and_maintenance_report_the_orphans(
     assert orphans.directories_without_rows.count == 3
     assert orphans.directories_without_rows.items == [f"paused/{u}" for u in strangers[:2]]
     assert any(aside.name in r.getMessage() for r in caplog.records)
+
+
+async def test_a_create_whose_directory_cannot_be_moved_in_place_leaves_nothing(
+    settings: Settings, context_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file system turns read-only just as the new directory is moved from .staging/ into
+    running/ (after the row committed): 503, and neither row, directory nor lock file stays;
+    the same create succeeds once the disk is back."""
+    uuid = str(uuid_module.uuid4())
+    into_place = context_dir / "running" / uuid
+    replace = os.replace
+
+    def read_only_there(source: str | Path, target: str | Path) -> None:
+        if Path(target) == into_place:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(target))
+        replace(source, target)
+
+    async with running_app(settings) as client:
+        before = snapshot_dir(context_dir)
+        monkeypatch.setattr(os, "replace", read_only_there)
+        response = await client.post("/tasks", json=_new_body(uuid))
+        monkeypatch.undo()
+        assert_error(response, 503, "storage_unavailable")
+        assert run_sql(context_dir, ("SELECT uuid FROM tasks", {})) == [[]]
+        assert paths_naming(context_dir, uuid) == []
+        assert snapshot_dir(context_dir) == before
+        assert_error(await client.get(f"/tasks/{uuid}"), 404, "task_not_found")
+        await post_json(client, "/tasks", _new_body(uuid))
+        assert locations(context_dir, uuid) == ["running"]
