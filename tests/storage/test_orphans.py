@@ -167,9 +167,9 @@ async def test_a_create_whose_directory_cannot_be_moved_in_place_leaves_nothing(
 
     async with running_app(settings) as client:
         before = snapshot_dir(context_dir)
-        monkeypatch.setattr(os, "replace", read_only_there)
-        response = await client.post("/tasks", json=_new_body(uuid))
-        monkeypatch.undo()
+        with monkeypatch.context() as patched:
+            patched.setattr(os, "replace", read_only_there)
+            response = await client.post("/tasks", json=_new_body(uuid))
         assert_error(response, 503, "storage_unavailable")
         assert run_sql(context_dir, ("SELECT uuid FROM tasks", {})) == [[]]
         assert paths_naming(context_dir, uuid) == []
