@@ -186,4 +186,4 @@ async def test_kill_9_during_complete_and_delete_leaves_every_task_whole(
         remaining = [t.uuid for t in tasks if t.state != "deleted"]
         deleted = await asyncio.gather(*(http.delete(f"/tasks/{uuid}") for uuid in remaining))
         assert [r.status_code for r in deleted] == [204] * len(remaining)
-    assert [p.name for p in (context_dir / ".locks").iterdir()] == ["startup.lock"]
+    assert {p.name for p in (context_dir / ".locks").iterdir()} <= {"startup.lock"}
