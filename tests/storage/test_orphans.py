@@ -177,3 +177,26 @@ async def test_a_create_whose_directory_cannot_be_moved_in_place_leaves_nothing(
         assert_error(await client.get(f"/tasks/{uuid}"), 404, "task_not_found")
         await post_json(client, "/tasks", _new_body(uuid))
         assert locations(context_dir, uuid) == ["running"]
+
+
+async def test_a_second_copy_in_another_status_directory_is_set_aside_not_removed(
+    settings: Settings, context_dir: Path
+) -> None:
+    """A task in running/ and a copy of it (another's files, say) in completed/: the start
+    keeps the task's directory and moves the copy, intact, to .orphans/."""
+    async with running_app(settings) as client:
+        uuid = await _task_with_history(client)
+    files = snapshot_dir(context_dir / "running" / uuid)
+    shutil.copytree(context_dir / "running" / uuid, context_dir / "completed" / uuid)
+    (context_dir / "completed" / uuid / "notes.txt").write_text("not the service's")
+    copy = snapshot_dir(context_dir / "completed" / uuid)
+
+    async with running_app(settings) as client:
+        assert locations(context_dir, uuid) == ["running"]
+        assert snapshot_dir(context_dir / "running" / uuid) == files
+        await get_json(client, f"/tasks/{uuid}/request")
+        report = await get_json(client, "/maintenance")
+    [aside] = _set_aside(context_dir, uuid)
+    assert aside.name.startswith(f"{uuid}.completed.")
+    assert snapshot_dir(aside) == copy
+    assert report["orphans"]["set_aside"] == {"count": 1, "items": [aside.name]}
