@@ -1,1 +1,2 @@
-"""Operators' housekeeping: removal of finished tasks older than a cutoff (SPEC §10)."""
+"""Operators' housekeeping: what needs their eye (orphans), and removal of finished tasks
+older than a cutoff (SPEC §10)."""

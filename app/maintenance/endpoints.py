@@ -1,4 +1,4 @@
-"""/maintenance/cleanup."""
+"""/maintenance: the overview of what needs an operator, and the cleanup."""
 
 from typing import Annotated
 
@@ -8,7 +8,7 @@ from app.api.deps import ServicesDep
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.auth.dependencies import require_admin, require_unscoped
-from app.maintenance.schemas import CleanupBody, CleanupReport
+from app.maintenance.schemas import CleanupBody, CleanupReport, MaintenanceReport
 
 router = APIRouter(
     route_class=OrjsonRoute,
@@ -18,6 +18,14 @@ router = APIRouter(
     # Cleanup spans every tenant: an admin key limited to some may not run it.
     dependencies=[Depends(require_admin), Depends(require_unscoped)],
 )
+
+
+@router.get("", response_model=MaintenanceReport)
+async def overview(services: ServicesDep) -> MaintenanceReport:
+    """What the files and the rows disagree on, as of now: task directories without a row,
+    directories set aside in .orphans/, tasks whose directory is missing (counts, and capped
+    sorted lists)."""
+    return await services.maintenance.overview()
 
 
 @router.post("/cleanup", response_model=CleanupReport)

@@ -1,4 +1,4 @@
-"""Cleanup body and report."""
+"""Cleanup body and report; the maintenance overview."""
 
 from datetime import datetime
 
@@ -60,3 +60,50 @@ class CleanupReport(BaseModel):
         description="The removed tasks (in a dry run, the matched ones), oldest first, capped."
     )
     uuids_omitted: int = Field(description="How many more uuids the capped list leaves out.")
+
+
+class Listed(BaseModel):
+    count: int = Field(description="How many there are.")
+    items: list[str] = Field(description="The first of them, sorted, capped.")
+
+
+class OrphansReport(BaseModel):
+    directories_without_rows: Listed = Field(
+        description="`{location}/{uuid}`: a task directory in running/, paused/ or completed/ "
+        "that no task row names (e.g. after restoring an older database); left in place."
+    )
+    set_aside: Listed = Field(
+        description="Entries of .orphans/ (`{uuid}.{location}.{time}`): directories without a "
+        "row that a new task of the same uuid, or a second copy of a task, displaced; kept "
+        "intact for an operator to inspect or remove."
+    )
+    rows_without_directories: Listed = Field(
+        description="uuids of tasks whose directory is nowhere (their reads answer 500 "
+        "task_files_missing; a delete removes the row)."
+    )
+
+
+class MaintenanceReport(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "orphans": {
+                        "directories_without_rows": {
+                            "count": 1,
+                            "items": ["running/550e8400-e29b-41d4-a716-446655440000"],
+                        },
+                        "set_aside": {
+                            "count": 1,
+                            "items": [
+                                "9b2d6a3e-2f0c-4a51-9a52-7f6d1e0c3b11.running."
+                                "20250501T120000.000000Z"
+                            ],
+                        },
+                        "rows_without_directories": {"count": 0, "items": []},
+                    }
+                }
+            ]
+        }
+    )
+    orphans: OrphansReport

@@ -1,4 +1,6 @@
-"""Cleanup: finished tasks completed before a cutoff lose their row and their directory.
+"""The maintenance overview (orphans), and cleanup.
+
+Cleanup: finished tasks completed before a cutoff lose their row and their directory.
 
 Candidates are read in batches, oldest first, by keyset on (completed_at, uuid), so a run
 moves forward past tasks it skips or fails on and never takes the whole table into memory.
@@ -8,6 +10,7 @@ several processes cleaning at once are therefore safe: the loser of a race is sk
 """
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -20,7 +23,8 @@ from app.config import Settings
 from app.db.engine import Database
 from app.db.models import Task
 from app.errors import AppError, InvalidInput, TaskNotFound
-from app.maintenance.schemas import CleanupReport
+from app.maintenance.schemas import CleanupReport, MaintenanceReport
+from app.storage.reconcile import find_orphans
 from app.tasks.lifecycle import FINISHED
 from app.tasks.service import TaskService
 
@@ -51,6 +55,10 @@ class MaintenanceService:
         self.settings = settings
         self.batch = batch
         self.max_listed = max_listed
+
+    async def overview(self) -> MaintenanceReport:
+        orphans = await find_orphans(self.tasks.store.layout, self.db, self.max_listed)
+        return MaintenanceReport.model_validate({"orphans": dataclasses.asdict(orphans)})
 
     async def cleanup(
         self,

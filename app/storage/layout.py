@@ -5,12 +5,16 @@ CONTEXT_DIR/
     threads/{id}/    a thread's own context files (its messages, current, summaries)
   .staging/{uuid}/   a task being created, before its row is committed
   .trash/{uuid}/     a task being deleted, before its row is gone
-  .locks/{uuid}.lock per-task lock files (stable paths: task directories move)
+  .orphans/{uuid}.{location}.{time}/  a directory the service found without a row where a new
+                     task of that uuid had to go: set aside intact, never removed by the service
+  .locks/{uuid}.lock per-task lock files (stable paths: task directories move), removed with
+                     their tasks
 """
 
 import os
 import uuid as uuid_module
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from app.storage.jsonl import fsync_dir
@@ -22,6 +26,7 @@ STATUS_DIRS = {
     "failed": "completed",
 }
 LOCATIONS = ("running", "paused", "completed", ".staging", ".trash")
+ORPHANS = ".orphans"
 
 METADATA = "metadata.json"
 MESSAGES = "messages.jsonl"
@@ -48,7 +53,7 @@ class Layout:
     root: Path
 
     def ensure(self) -> None:
-        for name in (*LOCATIONS, ".locks"):
+        for name in (*LOCATIONS, ORPHANS, ".locks"):
             (self.root / name).mkdir(parents=True, exist_ok=True)
 
     def location_dir(self, location: str, task_uuid: str) -> Path:
@@ -72,3 +77,13 @@ class Layout:
         os.replace(self.location_dir(source, task_uuid), self.location_dir(target, task_uuid))
         fsync_dir(self.root / source)
         fsync_dir(self.root / target)
+
+    def set_aside(self, task_uuid: str, location: str) -> Path:
+        """Move the task's directory in ``location`` to .orphans/ under a name no other has
+        (uuid, location, time to the microsecond); returns where it went."""
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = self.root / ORPHANS / f"{canonical_uuid(task_uuid)}.{location}.{stamp}"
+        os.rename(self.location_dir(location, task_uuid), target)  # fails rather than replace
+        fsync_dir(self.root / location)
+        fsync_dir(self.root / ORPHANS)
+        return target

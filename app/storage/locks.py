@@ -14,7 +14,7 @@ import hashlib
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from pathlib import Path
 from typing import Protocol
 
@@ -47,6 +47,8 @@ class ProcessLocks(Protocol):
         self, name: str, before_creating: Callable[[], Awaitable[None]] | None
     ) -> AbstractAsyncContextManager[None]: ...
 
+    def discard(self, name: str) -> None: ...
+
     async def close(self) -> None: ...
 
 
@@ -70,6 +72,12 @@ class TaskLocks:
             entry.users -= 1
             if entry.users == 0:
                 del self._entries[task_uuid]
+
+    def discard(self, task_uuid: str) -> None:
+        """Remove the task's lock file, its task gone; call it holding the lock. Whoever waits
+        on the removed file finds, once it has the lock, that the file is no longer the one
+        at its path, and locks the path afresh (refused there, like any unknown task)."""
+        self._processes.discard(task_uuid)
 
     @asynccontextmanager
     async def hold_global(self) -> AsyncIterator[None]:
@@ -103,6 +111,10 @@ class FileLocks:
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the flock
+
+    def discard(self, name: str) -> None:
+        with suppress(FileNotFoundError):
+            os.unlink(self._layout.lock_path(name))
 
     async def close(self) -> None:
         pass
@@ -170,6 +182,9 @@ class AdvisoryLocks:
                 await self._scalar(_UNLOCK, key)
             raise
 
+    def discard(self, name: str) -> None:
+        pass  # an advisory lock has no file to remove
+
     async def close(self) -> None:
         async with self._turn:
             if self._connection is not None:
@@ -194,24 +209,43 @@ async def flock(path: Path, *, create: bool = True) -> int:
     returns the descriptor holding it. A lock file that cannot be opened for writing (a
     read-only CONTEXT_DIR) is opened for reading: flock needs no write access, so reads go on
     and keep their exclusion; writes then fail on the files themselves."""
+    while True:
+        fd = _open_lock_file(path, create=create)
+        delay = 0.0002
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _MAX_BACKOFF_S)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _still_at(path, fd):
+            return fd
+        # The holder removed the file (its task was deleted) while this waited: a lock on it
+        # excludes no one who opens the path now.
+        os.close(fd)
+
+
+def _open_lock_file(path: Path, *, create: bool) -> int:
     try:
-        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
     except OSError as exc:
         if exc.errno not in _NOT_WRITABLE:
             raise
         try:
-            fd = os.open(path, os.O_RDONLY)
+            return os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             raise exc from None  # missing, and cannot be made: the store is not writable
-    delay = 0.0002
+
+
+def _still_at(path: Path, fd: int) -> bool:
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_BACKOFF_S)
-    except BaseException:
-        os.close(fd)
-        raise
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)

@@ -30,7 +30,7 @@ from app.formats import FORMATS, native_format
 from app.inheritance.service import InheritanceService, Inherited
 from app.jobs.queue import JobQueue
 from app.storage.jsonl import fsync_dir, write_atomic
-from app.storage.layout import METADATA, STATUS_DIRS
+from app.storage.layout import METADATA, ORPHANS, STATUS_DIRS
 from app.tasks import lifecycle, repository
 from app.tasks.presenters import task_out
 from app.tasks.schemas import TaskCreate
@@ -163,12 +163,19 @@ class TaskService:
                 async with self.store.db.reader() as session:
                     existing = await session.get(Task, task_uuid)
                 if existing is None:
-                    return await self._create_locked(
-                        task_uuid, body, window, reserved, fingerprint, counter_name, inherited
-                    )
+                    try:
+                        return await self._create_locked(
+                            task_uuid, body, window, reserved, fingerprint, counter_name, inherited
+                        )
+                    except BaseException:
+                        self.store.locks.discard(task_uuid)  # no task: no lock file either
+                        raise
         if existing.create_fingerprint != fingerprint:
+            # The same answer whoever's the task is: nothing about it (its tenant, its body)
+            # may reach a caller who is perhaps not allowed to see it.
             raise Conflict(
-                f"task {task_uuid} already exists with a different body",
+                f"uuid {task_uuid} is already taken; only a repeat of its create with the same "
+                "body is accepted",
                 code="task_exists",
                 details={"uuid": task_uuid},
             )
@@ -238,17 +245,58 @@ class TaskService:
             initial.append({"role": "system", "content": inherited.content})
             task.inherited_from = inherited.record["from_uuid"]
             task.inheritance = inherited.record | {"seq": len(initial)}
-        head, stats = await asyncio.to_thread(
-            self._write_initial_files, staging, task, body, initial
-        )
-        task.total_messages = stats.messages
-        async with self.store.db.transaction() as session:
-            session.add(task)
-            await session.flush()  # the head's foreign key needs the task row first
-            session.add(ContextHead(task_uuid=task_uuid, thread_id=0, **vars(head)))
-        await asyncio.to_thread(layout.move, task_uuid, ".staging", "running")
+        await asyncio.to_thread(self._clear_the_way, task_uuid)
+        try:
+            head, stats = await asyncio.to_thread(
+                self._write_initial_files, staging, task, body, initial
+            )
+            task.total_messages = stats.messages
+            async with self.store.db.transaction() as session:
+                session.add(task)
+                await session.flush()  # the head's foreign key needs the task row first
+                session.add(ContextHead(task_uuid=task_uuid, thread_id=0, **vars(head)))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, staging, ignore_errors=True)
+            raise
+        try:
+            # The way is clear, so this fails only on a broken disk. A crash before it leaves
+            # the row and .staging/{uuid}: startup reconciliation finishes the move.
+            await asyncio.to_thread(layout.move, task_uuid, ".staging", "running")
+        except BaseException:
+            await self._undo_create(task_uuid, staging)
+            raise
         log.info("task %s: created", task_uuid, extra={"task_uuid": task_uuid})
         return self.view(task, head), True
+
+    def _clear_the_way(self, task_uuid: str) -> None:
+        """Make room for a new task's directory (its row does not exist; the lock is held).
+
+        A directory in a status location has no row, so its files are not a task's the
+        service knows, perhaps newer than a restored database: set aside intact, never
+        overwritten. One in .trash/ is the rest of a delete that committed: removed.
+        """
+        layout = self.store.layout
+        for location in dict.fromkeys(STATUS_DIRS.values()):
+            if layout.location_dir(location, task_uuid).is_dir():
+                target = layout.set_aside(task_uuid, location)
+                log.warning(
+                    "task %s: %s/ held a directory without a task row; set aside as %s/%s",
+                    task_uuid,
+                    location,
+                    ORPHANS,
+                    target.name,
+                    extra={"task_uuid": task_uuid},
+                )
+        shutil.rmtree(layout.location_dir(".trash", task_uuid), ignore_errors=True)
+
+    async def _undo_create(self, task_uuid: str, staging: Path) -> None:
+        """The row committed but the directory could not go in place: the row goes again, so
+        that the create fails whole (and may be retried)."""
+        async with self.store.db.transaction() as session:
+            row = await session.get(Task, task_uuid)
+            if row is not None:
+                await session.delete(row)
+        await asyncio.to_thread(shutil.rmtree, staging, ignore_errors=True)
 
     def _write_initial_files(
         self, directory: Path, task: Task, body: TaskCreate, initial: list[dict[str, Any]]
@@ -393,10 +441,12 @@ class TaskService:
             if exc.code != "task_files_missing":
                 raise
             # Removed by hand (seed 000 §14.1 cleans old directories with rm -rf): the row goes.
-            async with self.store.locks.hold(task_uuid), self.store.db.transaction() as session:
-                row = await session.get(Task, task_uuid)
-                if row is not None:
-                    await session.delete(row)
+            async with self.store.locks.hold(task_uuid):
+                async with self.store.db.transaction() as session:
+                    row = await session.get(Task, task_uuid)
+                    if row is not None:
+                        await session.delete(row)
+                self.store.locks.discard(task_uuid)
             log.warning("task %s: deleted; its directory was already gone", task_uuid)
 
     async def _delete(self, task_uuid: str) -> None:
@@ -414,6 +464,7 @@ class TaskService:
             await asyncio.to_thread(
                 shutil.rmtree, layout.location_dir(".trash", task_uuid), ignore_errors=True
             )
+            self.store.locks.discard(task_uuid)
         log.info("task %s: deleted", task_uuid)
 
 

@@ -452,6 +452,32 @@ async def test_a_scoped_key_creates_tasks_only_for_its_tenants(
         assert outcome(await send(client, "POST", "/tasks", own, anonymous)) == expected
 
 
+@pytest.mark.parametrize(
+    ("name", "own", "foreign"),
+    [("alice", "alice@github", "bob@github"), ("gitlab", "bob@gitlab", "alice@github")],
+)
+async def test_a_create_on_another_tenants_uuid_says_nothing_of_that_task(
+    context_dir: Path, name: str, own: str, foreign: str
+) -> None:
+    """A uuid taken by another tenant's task: the 409 is word for word the one for the key's
+    own task re-posted with another body (only the uuid differs), says nothing of the task
+    (its tenant, its body), and changes nothing."""
+    async with running_app(keyed_settings(context_dir)) as client:
+        world = await populate(client)
+        before = await state(client, context_dir, world)
+        own_uuid, foreign_uuid = world.tasks[own], world.tasks[foreign]
+        body = tenant_body(own, metadata={"attempt": 2})
+        taken = await send(client, "POST", "/tasks", bearer(name), body | {"uuid": foreign_uuid})
+        mine = await send(client, "POST", "/tasks", bearer(name), body | {"uuid": own_uuid})
+        assert assert_error(taken, 409, "task_exists") == {"uuid": foreign_uuid}
+        assert taken.text == mine.text.replace(own_uuid, foreign_uuid)
+        message = taken.json()["error"]["message"]
+        user, source = TENANTS[foreign]
+        for told in ("different", "tenant", user, source, foreign):
+            assert told not in message, message
+        assert await state(client, context_dir, world) == before
+
+
 @pytest.mark.parametrize("name", SCOPED)
 async def test_a_scoped_key_lists_only_its_tenants_tasks(context_dir: Path, name: str) -> None:
     async with running_app(keyed_settings(context_dir)) as client:

@@ -597,7 +597,7 @@ async def test_finished_task_rejects_appends(
 
 @pytest.mark.parametrize("status", STATUSES)
 async def test_delete_removes_row_and_directory(
-    client: httpx.AsyncClient, context_dir: Path, status: str, database_url: str
+    client: httpx.AsyncClient, context_dir: Path, status: str
 ) -> None:
     """DELETE -> 204; then 404 everywhere, no directory anywhere; a second DELETE is 404."""
     task = await create_task(client, system_prompt="You are a coding agent.")
@@ -611,10 +611,7 @@ async def test_delete_removes_row_and_directory(
     assert response.status_code == 204
     assert response.content == b""
     assert locations(context_dir, task_uuid) == []
-    # Only the empty lock file stays (SQLite): unlinking it could let two processes hold "the"
-    # lock. PostgreSQL's advisory locks leave no file.
-    lock_files = [] if database_url else [context_dir / ".locks" / f"{task_uuid}.lock"]
-    assert paths_naming(context_dir, task_uuid) == lock_files
+    assert paths_naming(context_dir, task_uuid) == []  # its lock file went with it
     assert_error(await client.get(f"/tasks/{task_uuid}"), 404, "task_not_found")
     assert_error(await client.get(f"/tasks/{task_uuid}/messages"), 404, "task_not_found")
     assert_error(await client.delete(f"/tasks/{task_uuid}"), 404, "task_not_found")

@@ -13,7 +13,7 @@ from app.db.engine import open_database
 from app.db.models import Task
 from tests.api.helpers import assert_error, create_task, locations, paths_naming
 from tests.conftest import running_app as running_app
-from tests.database import run_sql, uses_postgres
+from tests.database import run_sql
 
 DIR_OF = {"running": "running", "paused": "paused", "completed": "completed", "failed": "completed"}
 # Tables whose rows belong to a task (removed with it, by the foreign keys' cascade).
@@ -97,13 +97,12 @@ def task_rows(context_dir: Path, task_uuid: str) -> dict[str, int]:
 
 
 async def assert_gone(client: httpx.AsyncClient, context_dir: Path, task_uuid: str) -> None:
-    """No row in any table, no directory anywhere (.trash included), 404 from the API."""
+    """No row in any table, no directory anywhere (.trash included), no lock file, 404 from
+    the API."""
     assert_error(await client.get(f"/tasks/{task_uuid}"), 404, "task_not_found")
     assert_error(await client.get(f"/tasks/{task_uuid}/messages"), 404, "task_not_found")
     assert locations(context_dir, task_uuid) == []
-    # Only the empty lock file stays on SQLite (see TaskService.delete's test).
-    lock_files = [] if uses_postgres() else [context_dir / ".locks" / f"{task_uuid}.lock"]
-    assert paths_naming(context_dir, task_uuid) == lock_files
+    assert paths_naming(context_dir, task_uuid) == []
     assert set(task_rows(context_dir, task_uuid).values()) == {0}
 
 
