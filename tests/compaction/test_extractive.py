@@ -502,3 +502,33 @@ def test_an_earlier_summary_is_kept_as_such_when_condensing_again() -> None:
     assert "Previous work" not in users
     assert "Now add tests." in users
     assert "src/auth.py" in digest.split("Files:")[1]
+
+
+def test_a_digest_of_a_digest_folds_its_lists_in() -> None:
+    """An earlier digest, condensed again: its grouped errors take the new rows in, its $ROOT
+    paths come back whole and once, and a long earlier summary is cut to fit, not left out."""
+    root = "/home/agent/orders-service"
+    first_span = [
+        assistant("", tool_call(f"c{n}", "Read", file_path=f"{root}/src/m{n}.py")) for n in range(8)
+    ]
+    first_span += [result(f"c{n}", f"ValueError: NULL date at row {n * 7}") for n in range(4)]
+    first_span += [result(f"c{n}", "ok") for n in range(4, 8)]
+    first = extractive_digest(first_span)
+    assert f"{ROOT_TOKEN} = " in first
+    marker: Record = {"role": "user", "content": "[Summary (16 messages)]\n" + first}
+    marker |= {"seq": 20, "type": "marker", "marker": "condense", "hides": [2, 19]}
+    earlier: Record = {"role": "user", "content": "Earlier: " + "fixed src/x.py. " * 400}
+    earlier |= {"seq": 1, "type": "marker", "marker": "condense", "hides": [1, 1]}
+    later = [
+        assistant("", tool_call("c9", "Read", file_path=f"{root}/src/m9.py")),
+        result("c9", "ValueError: NULL date at row 99"),
+    ]
+    digest = extractive_digest([earlier, marker, *later], max_chars=2500)
+    assert len(digest) <= 2500
+    assert listed(digest, "Errors") == ["ValueError: NULL date at row 0, 7, 14, 21, 99"]
+    files = listed(digest, "Files")
+    assert files == ["src/x.py", *(f"{root}/src/m{n}.py" for n in (*range(8), 9))]
+    [kept_earlier, folded] = listed(digest, "Earlier summaries")
+    assert kept_earlier.startswith("Earlier: fixed src/x.py.")
+    assert CUT_MARK in kept_earlier
+    assert folded.startswith("Extractive digest of 16 messages")
