@@ -169,6 +169,13 @@ class Settings(BaseSettings):
         "", description="Named LLM backend for condensing; empty: the default backend."
     )
     summary_max_tokens: int = Field(2000, ge=64, description="Longest summary asked for.")
+    summary_max_share: float = Field(
+        0.25,
+        gt=0,
+        le=0.9,
+        description="Share of the context's budget a condense summary may cost, whatever the "
+        "summariser: the digest is sized to it, a chat backend asked for at most it (and cut).",
+    )
     request_condense_timeout_s: float = Field(
         20.0, gt=0, description="How long GET /request waits for a condense before truncating."
     )

@@ -19,7 +19,7 @@ import orjson
 from app.compaction import plans
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.policy import Budget
-from app.compaction.summarizer import Summarizer
+from app.compaction.summarizer import Summarizer, SummaryLimit
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
 from app.context.files import (
@@ -189,12 +189,14 @@ class CompactionService:
                     kept = await asyncio.to_thread(
                         _read_entry, files, instruction, head.messages_bytes
                     )
+                limit = self._summary_limit(locked, fmt, plan.messages(entries))
                 handle = await asyncio.to_thread(open, files.messages, "rb")
             try:
                 summary = await self.summarizer.summarize(
                     span_records(handle, head.messages_bytes, span[0], span[-1]),
                     backend,
                     kept=kept,
+                    limit=limit,
                 )
             except LLMError as exc:
                 raise CompactionFailed(str(exc), details={"backend": exc.backend}) from exc
@@ -205,6 +207,16 @@ class CompactionService:
             return await self._commit_condense(
                 (task_uuid, thread_id), fmt, span, summary, self.summarizer.describe(backend)
             )
+
+    def _summary_limit(self, locked: LockedTask, fmt: str, messages: int) -> SummaryLimit:
+        """What the summary may cost: ``summary_max_share`` of the budget, less its heading
+        (the summary's own share of the message is counted with the task's counter)."""
+        allowed = self.tasks.context_budget(locked).allowed
+        heading = SUMMARY_HEADER.format(count=messages)
+        overhead = in_format(*self._cost(locked.task, {"role": "user", "content": heading}), fmt)
+        counter = self.store.counting.costs(locked.task.token_counter).counter
+        share = int(allowed * self.settings.summary_max_share)
+        return SummaryLimit(max(1, share - overhead), counter)
 
     async def _commit_condense(
         self,
