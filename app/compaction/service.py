@@ -652,8 +652,13 @@ def _elision(
     content can give way.
     """
     candidates = plans.by_size(entries, minimum=64, excess=excess)
-    assistants = [i for i in candidates if entries[i].role == "assistant"]
-    for index, arguments in [(i, False) for i in candidates] + [(i, True) for i in assistants]:
+    kept = plans.kept_length(entries)
+    attempts = []
+    for protected in (False, True):  # the instruction and the newest summary: last of all
+        group = [i for i in candidates if (i < kept) == protected]
+        attempts += [(i, False) for i in group]
+        attempts += [(i, True) for i in group if entries[i].role == "assistant"]
+    for index, arguments in attempts:
         entry = entries[index]
         if entry.masked:  # its placeholder is all it shows; the original must not come back
             continue
