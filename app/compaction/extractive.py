@@ -10,6 +10,8 @@ digest of a huge context costs little memory. The result is plain text of at mos
     Errors              error-like lines from tool results and messages
     Files               paths from tool arguments and texts, deduplicated, in first-seen order
     Latest state        the last assistant text and the last tool call with its outcome
+    Plan                the current plan items as recorded, with their status, and which of
+                        them are still next steps (given by the caller, never inferred)
 
 Nothing is invented: every excerpt is copied from the input (runs of whitespace collapsed to one
 space) and every cut is marked ("…", "[… N chars cut …]", "(+N more)"); a call repeated with the
@@ -24,12 +26,13 @@ public so that callers and tests can measure what a digest kept.
 import json
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
 from app.context.effective import marker_kind
+from app.planning.items import OPEN_STATUSES, PlanItem, item_line, open_items
 
 DEFAULT_MAX_CHARS = 6000
 ELLIPSIS = "…"
@@ -524,7 +527,7 @@ class DigestState:
         if not record.get("role") or marker == "truncation":
             return  # a rewind or truncation marker: nothing said in it
         if marker == "condense":  # an earlier summary: kept as such, not as a user request
-            text = content_text(record.get("content"))
+            text = without_plan(content_text(record.get("content")))
             for path, tier in record_paths(record):
                 self.paths.add(path, tier)
             self.earlier.add(cut_middle(normalize(text), EARLIER_MAX, EARLIER_HEAD, EARLIER_TAIL))
@@ -830,15 +833,58 @@ def extractive_digest(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     kept: dict[str, Any] | None = None,
+    plan: Sequence[PlanItem] | None = None,
 ) -> str:
     """A plain-text digest of message records, at most ``max_chars`` characters.
 
     ``records`` are ``messages.jsonl`` records (or plain OpenAI messages), consumed once.
     ``kept``, the first user message that the context keeps, is quoted apart, for reference.
+    ``plan``, the current plan items, ends the digest as given (at most half of it).
     """
     state = DigestState()
     if kept is not None:
         state.keep(kept)
     for record in records:
         state.add(record)
-    return render(state, max_chars)
+    block = plan_block(plan, max_chars // 2) if plan else ""
+    if not block:
+        return render(state, max_chars)
+    return f"{render(state, max_chars - len(block) - 2)}\n\n{block}"
+
+
+# --- the plan, as the caller gives it ------------------------------------------------------
+
+PLAN_TITLE = "Plan (as recorded, not to be re-derived):"
+NEXT_STEPS = "Next steps (open plan items only): "
+NO_NEXT_STEPS = "none; every plan item is done or cancelled"
+
+
+def plan_block(plan: Sequence[PlanItem], max_chars: int) -> str:
+    """The plan items with their status and the ids of the open ones, in ``max_chars``; when
+    it does not fit, open items are kept first and the rest counted."""
+    open_ids = [item.id for item in open_items(plan)]
+    next_steps = cut_end(NEXT_STEPS + (", ".join(open_ids) or NO_NEXT_STEPS), max_chars // 4)
+    lines = [cut_end(item_line(item), max_chars // 4) for item in plan]
+    room = max_chars - len(PLAN_TITLE) - len(next_steps) - 2
+    order = sorted(range(len(plan)), key=lambda i: (plan[i].status not in OPEN_STATUSES, i))
+    chosen: set[int] = set()
+    for index in order:
+        more = len(plan) - len(chosen) - 1
+        reserve = len(_more_plan_line(more)) + 1 if more else 0
+        if len(lines[index]) + 1 + reserve > room:
+            break
+        chosen.add(index)
+        room -= len(lines[index]) + 1
+    shown = [lines[i] for i in sorted(chosen)]
+    if len(chosen) < len(plan):
+        shown.append(_more_plan_line(len(plan) - len(chosen)))
+    return cut_end("\n".join([PLAN_TITLE, *shown, next_steps]), max_chars)
+
+
+def _more_plan_line(count: int) -> str:
+    return f"(+{count} more plan items)"
+
+
+def without_plan(summary: str) -> str:
+    """An earlier digest without its plan block: the plan given now supersedes it."""
+    return summary.split(f"\n\n{PLAN_TITLE}", 1)[0]
