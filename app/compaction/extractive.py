@@ -32,7 +32,7 @@ from itertools import islice
 from typing import Any
 
 from app.context.effective import marker_kind
-from app.planning.items import OPEN_STATUSES, PlanItem, item_line, open_items
+from app.planning.items import OPEN_STATUSES, ChecklistItem, item_line, open_items
 
 DEFAULT_MAX_CHARS = 6000
 ELLIPSIS = "…"
@@ -833,7 +833,7 @@ def extractive_digest(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     kept: dict[str, Any] | None = None,
-    plan: Sequence[PlanItem] | None = None,
+    plan: Sequence[ChecklistItem] | None = None,
 ) -> str:
     """A plain-text digest of message records, at most ``max_chars`` characters.
 
@@ -859,7 +859,7 @@ NEXT_STEPS = "Next steps (open plan items only): "
 NO_NEXT_STEPS = "none; every plan item is done or cancelled"
 
 
-def plan_block(plan: Sequence[PlanItem], max_chars: int) -> str:
+def plan_block(plan: Sequence[ChecklistItem], max_chars: int) -> str:
     """The plan items with their status and the ids of the open ones, in ``max_chars``; when
     it does not fit, open items are kept first and the rest counted."""
     open_ids = [item.id for item in open_items(plan)]

@@ -12,7 +12,7 @@ from app.compaction.extractive import extractive_digest
 from app.context.records import openai_message
 from app.errors import InvalidInput
 from app.llm.base import ChatBackend
-from app.planning.items import PlanItem, render_items
+from app.planning.items import ChecklistItem, render_items
 from app.tokens.accounting import content_tokens, message_tokens
 from app.tokens.counters import TextCounter
 
@@ -100,7 +100,7 @@ class Summarizer:
         prompt: str | None = None,
         max_tokens: int | None = None,
         kept: dict[str, Any] | None = None,
-        plan: Sequence[PlanItem] | None = None,
+        plan: Sequence[ChecklistItem] | None = None,
     ) -> str:
         """A summary of the records (consumed once, in a worker thread), with the condense
         prompt unless another is given (the final summary's). ``kept``, a message the context
@@ -201,7 +201,7 @@ def _kept_turn(kept: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [] if kept is None else [{"role": "user", "content": f"[{KEPT_LABEL}]\n{_text(kept)}"}]
 
 
-def _plan_message(plan: Sequence[PlanItem]) -> dict[str, Any]:
+def _plan_message(plan: Sequence[ChecklistItem]) -> dict[str, Any]:
     return {"role": "user", "content": f"[{PLAN_LABEL}]\n{render_items(plan)}"}
 
 

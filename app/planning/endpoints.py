@@ -32,11 +32,10 @@ async def list_plan_entries(
 ) -> PlanPage:
     """Planning history, oldest first, paginated by id; and the current plan items."""
     entries, more, current = await services.planning.page(uuid, after_id, limit)
+    items = current.items if current else ()
     return PlanPage(
         planning=[PlanEntry.model_validate(e) for e in entries],
         next_after_id=entries[-1]["id"] if more else None,
-        current_items=[PlanItem.model_validate(i, from_attributes=True) for i in current.items]
-        if current
-        else [],
+        current_items=[PlanItem(id=i.id, text=i.text, status=i.status) for i in items],
         current_entry_id=current.entry_id if current else None,
     )

@@ -10,24 +10,29 @@ the extractive digest, so a finished item reads as finished in each. Pure, apart
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from app.storage.jsonl import iter_lines_backward
 
-STATUSES = ("pending", "active", "done", "cancelled")
+PlanStatus = Literal["pending", "active", "done", "cancelled"]
 OPEN_STATUSES = frozenset({"pending", "active"})  # what may still be a next step
-_MARKS = {"pending": "[ ]", "active": "[>]", "done": "[x]", "cancelled": "[-]"}
-_SUFFIXES = {"active": " (active)", "cancelled": " (cancelled)"}
+_MARKS: dict[PlanStatus, str] = {
+    "pending": "[ ]",
+    "active": "[>]",
+    "done": "[x]",
+    "cancelled": "[-]",
+}
+_SUFFIXES: dict[PlanStatus, str] = {"active": " (active)", "cancelled": " (cancelled)"}
 TITLE = "Plan:"
 
 
 @dataclass(frozen=True)
-class PlanItem:
+class ChecklistItem:
     id: str
     text: str
-    status: str
+    status: PlanStatus
 
 
 @dataclass(frozen=True)
@@ -35,28 +40,28 @@ class CurrentItems:
     """The current items and the planning entry that set them."""
 
     entry_id: int
-    items: tuple[PlanItem, ...]
+    items: tuple[ChecklistItem, ...]
 
 
-def entry_items(entry: dict[str, Any]) -> tuple[PlanItem, ...] | None:
+def entry_items(entry: dict[str, Any]) -> tuple[ChecklistItem, ...] | None:
     """A stored entry's items; None when it carries none (a free-text entry)."""
     raw = entry.get("items")
     if raw is None:
         return None
-    return tuple(PlanItem(str(i["id"]), str(i["text"]), str(i["status"])) for i in raw)
+    return tuple(ChecklistItem(str(i["id"]), str(i["text"]), i["status"]) for i in raw)
 
 
-def item_line(item: PlanItem) -> str:
+def item_line(item: ChecklistItem) -> str:
     """``[x] 1. write tests``, ``[>] 2. fix parser (active)``, ``[-] 4. old idea (cancelled)``."""
     return f"{_MARKS[item.status]} {item.id}. {item.text}{_SUFFIXES.get(item.status, '')}"
 
 
-def render_items(items: Iterable[PlanItem]) -> str:
+def render_items(items: Iterable[ChecklistItem]) -> str:
     """The checklist under its title, one item a line."""
     return "\n".join([TITLE, *(item_line(item) for item in items)])
 
 
-def open_items(items: Iterable[PlanItem]) -> list[PlanItem]:
+def open_items(items: Iterable[ChecklistItem]) -> list[ChecklistItem]:
     """The items that are neither done nor cancelled, in plan order."""
     return [item for item in items if item.status in OPEN_STATUSES]
 

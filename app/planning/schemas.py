@@ -1,11 +1,12 @@
 """Planning entries, with seed 000 §11.5's field names, and the plan items an entry may carry."""
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from app.planning.items import PlanStatus
+
 MAX_PLAN_ITEMS = 200
-PlanStatus = Literal["pending", "active", "done", "cancelled"]  # app/planning/items.py STATUSES
 
 
 class PlanItemIn(BaseModel):

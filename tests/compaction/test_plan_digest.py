@@ -3,15 +3,15 @@
 from typing import Any
 
 from app.compaction.extractive import NEXT_STEPS, PLAN_TITLE, extractive_digest
-from app.planning.items import PlanItem, item_line
+from app.planning.items import ChecklistItem, item_line
 
 RECORDS: list[dict[str, Any]] = [
     {"role": "user", "content": "Please fix src/parser.py. " + "context " * 20, "seq": 2},
     {"role": "assistant", "content": "Next I will write the tests again. " + "words " * 200},
 ]
 # Thirty items, the open ones last: a tight digest must still show every open one.
-PLAN = [PlanItem(str(n), f"finished step number {n}", "done") for n in range(1, 26)] + [
-    PlanItem(str(n), f"open step number {n}", "pending" if n % 2 else "active")
+PLAN = [ChecklistItem(str(n), f"finished step number {n}", "done") for n in range(1, 26)] + [
+    ChecklistItem(str(n), f"open step number {n}", "pending" if n % 2 else "active")
     for n in range(26, 31)
 ]
 
@@ -37,7 +37,7 @@ def test_a_digest_with_a_plan_never_exceeds_its_size() -> None:
 
 
 def test_a_plan_with_nothing_open_says_so() -> None:
-    done = [PlanItem("a", "ship it", "done"), PlanItem("b", "old idea", "cancelled")]
+    done = [ChecklistItem("a", "ship it", "done"), ChecklistItem("b", "old idea", "cancelled")]
     digest = extractive_digest(iter(RECORDS), plan=done)
     assert digest.endswith(
         f"{PLAN_TITLE}\n[x] a. ship it\n[-] b. old idea (cancelled)\n"
