@@ -14,6 +14,8 @@ digest of a huge context costs little memory. The result is plain text of at mos
                         ("ValueError: NULL date at row 5, 28, 51 (3 more)")
     Files               paths from tool arguments and texts, deduplicated, in first-seen order
     Latest state        the last assistant text and the last tool call with its outcome
+    Plan                the current plan items as recorded, with their status, and which of
+                        them are still next steps (given by the caller, never inferred)
 
 An earlier summary met in the records (a condense summary condensed again) is folded in: when
 it is a digest, its paths, errors, user requests and notes join these lists, and the rest of it
@@ -34,12 +36,13 @@ whether a listed error line shows a given one).
 import json
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
 from app.context.effective import marker_kind
+from app.planning.items import OPEN_STATUSES, ChecklistItem, item_line, open_items
 
 DEFAULT_MAX_CHARS = 6000
 CHARS_PER_TOKEN = 4  # where a digest sized in tokens starts
@@ -753,8 +756,8 @@ class DigestState:
     def _add_earlier(self, record: dict[str, Any]) -> None:
         """An earlier summary. A digest's paths, errors, requests and notes join this one's
         lists (each listed once); the rest of it, or a chat backend's whole summary, is kept as
-        an earlier summary."""
-        text = content_text(record.get("content"))
+        an earlier summary. Its plan block goes: the plan given now supersedes it."""
+        text = without_plan(content_text(record.get("content")))
         sections = digest_sections(text)
         if sections is None:
             for path, tier in record_paths(record):
@@ -1197,13 +1200,15 @@ def extractive_digest(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     kept: dict[str, Any] | None = None,
+    plan: Sequence[ChecklistItem] | None = None,
 ) -> str:
     """A plain-text digest of message records, at most ``max_chars`` characters.
 
     ``records`` are ``messages.jsonl`` records (or plain OpenAI messages), consumed once.
     ``kept``, the first user message that the context keeps, is quoted apart, for reference.
+    ``plan``, the current plan items, ends the digest as given (at most half of it).
     """
-    return render(digest_state(records, kept), max_chars)
+    return with_plan(lambda room: render(digest_state(records, kept), room), max_chars, plan)
 
 
 def digest_within(
@@ -1212,6 +1217,7 @@ def digest_within(
     max_tokens: int,
     count: Callable[[str], int],
     kept: dict[str, Any] | None = None,
+    plan: Sequence[ChecklistItem] | None = None,
 ) -> str:
     """A digest of at most ``max_tokens`` as ``count`` counts them, as long as it may be.
 
@@ -1221,11 +1227,59 @@ def digest_within(
     """
     state = digest_state(records, kept)
     max_chars = CHARS_PER_TOKEN * max_tokens
-    text = render(state, max_chars)
+    text = with_plan(lambda room: render(state, room), max_chars, plan)
     for _ in range(MAX_RESIZES):
         tokens = count(text)
         if tokens <= max_tokens:
             break
         max_chars = min(max_chars - 1, max_chars * max_tokens // tokens)
-        text = render(state, max_chars)
+        text = with_plan(lambda room: render(state, room), max_chars, plan)
     return text
+
+
+def with_plan(
+    render_in: Callable[[int], str], max_chars: int, plan: Sequence[ChecklistItem] | None
+) -> str:
+    """A digest rendered in ``max_chars``, its plan block (at most half of it) at the end."""
+    block = plan_block(plan, max_chars // 2) if plan else ""
+    if not block:
+        return render_in(max_chars)
+    return f"{render_in(max_chars - len(block) - 2)}\n\n{block}"
+
+
+# --- the plan, as the caller gives it ------------------------------------------------------
+
+PLAN_TITLE = "Plan (as recorded, not to be re-derived):"
+NEXT_STEPS = "Next steps (open plan items only): "
+NO_NEXT_STEPS = "none; every plan item is done or cancelled"
+
+
+def plan_block(plan: Sequence[ChecklistItem], max_chars: int) -> str:
+    """The plan items with their status and the ids of the open ones, in ``max_chars``; when
+    it does not fit, open items are kept first and the rest counted."""
+    open_ids = [item.id for item in open_items(plan)]
+    next_steps = cut_end(NEXT_STEPS + (", ".join(open_ids) or NO_NEXT_STEPS), max_chars // 4)
+    lines = [cut_end(item_line(item), max_chars // 4) for item in plan]
+    room = max_chars - len(PLAN_TITLE) - len(next_steps) - 2
+    order = sorted(range(len(plan)), key=lambda i: (plan[i].status not in OPEN_STATUSES, i))
+    chosen: set[int] = set()
+    for index in order:
+        more = len(plan) - len(chosen) - 1
+        reserve = len(_more_plan_line(more)) + 1 if more else 0
+        if len(lines[index]) + 1 + reserve > room:
+            break
+        chosen.add(index)
+        room -= len(lines[index]) + 1
+    shown = [lines[i] for i in sorted(chosen)]
+    if len(chosen) < len(plan):
+        shown.append(_more_plan_line(len(plan) - len(chosen)))
+    return cut_end("\n".join([PLAN_TITLE, *shown, next_steps]), max_chars)
+
+
+def _more_plan_line(count: int) -> str:
+    return f"(+{count} more plan items)"
+
+
+def without_plan(summary: str) -> str:
+    """An earlier digest without its plan block: the plan given now supersedes it."""
+    return summary.split(f"\n\n{PLAN_TITLE}", 1)[0]

@@ -36,6 +36,8 @@ from app.formats import native_format
 from app.formats.parts import plain_text
 from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, timed_compaction
+from app.planning.items import latest_items
+from app.storage.layout import PLANNING
 from app.tasks.service import TaskService
 from app.tokens.accounting import content_tokens
 from app.tokens.costs import FormatTokens, TokenCosts, in_format
@@ -190,6 +192,12 @@ class CompactionService:
                         _read_entry, files, instruction, head.messages_bytes
                     )
                 limit = self._summary_limit(locked, fmt, plan.messages(entries))
+                # The task's plan items, for its own context (a thread's work is not the plan).
+                checklist = None
+                if thread_id == 0:
+                    checklist = await asyncio.to_thread(
+                        latest_items, task_files.directory / PLANNING
+                    )
                 handle = await asyncio.to_thread(open, files.messages, "rb")
             try:
                 summary = await self.summarizer.summarize(
@@ -197,6 +205,7 @@ class CompactionService:
                     backend,
                     kept=kept,
                     limit=limit,
+                    plan=checklist.items if checklist else None,
                 )
             except LLMError as exc:
                 raise CompactionFailed(str(exc), details={"backend": exc.backend}) from exc

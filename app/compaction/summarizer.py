@@ -8,7 +8,7 @@ a note that says so.
 """
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from app.compaction.extractive import digest_within, extractive_digest
 from app.context.records import openai_message
 from app.errors import InvalidInput
 from app.llm.base import ChatBackend
+from app.planning.items import ChecklistItem, render_items
 from app.tokens.accounting import content_tokens, message_tokens
 from app.tokens.counters import TextCounter
 
@@ -53,6 +54,12 @@ COMBINE_REQUEST = (
 # The first user message goes with the span for reference: the context keeps it, so the
 # summary can say what the work was for without retelling it.
 KEPT_LABEL = "The first user message (the task), kept in the context, for reference"
+# The plan items as the agent recorded them go with every request: the summary reports
+# progress against them and must not revive finished work as next steps.
+PLAN_LABEL = (
+    "The current plan, as recorded, is given below; report progress against it; never list "
+    "done ([x]) or cancelled ([-]) items as next steps"
+)
 EXTRACTIVE_MAX_CHARS = 6000
 _WINDOW_SHARE = 0.6  # of the backend's window a chunk may fill; the rest is prompt and answer
 CUT_NOTE = "[... cut to fit ...]"
@@ -107,12 +114,13 @@ class Summarizer:
         max_tokens: int | None = None,
         kept: dict[str, Any] | None = None,
         limit: SummaryLimit | None = None,
+        plan: Sequence[ChecklistItem] | None = None,
     ) -> str:
         """A summary of the records (consumed once, in a worker thread), with the condense
         prompt unless another is given (the final summary's). ``kept``, a message the context
-        keeps (the task statement), is given along, marked as kept, not to be summarised.
-        With a ``limit``, the summary is at most that long, and a chat backend is asked for
-        at most it."""
+        keeps (the task statement), is given along, marked as kept, not to be summarised;
+        ``plan``, the current plan items, is given as recorded. With a ``limit``, the summary
+        is at most that long, and a chat backend is asked for at most it."""
         prompt = prompt if prompt and prompt.strip() else self.prompt
         chat = self.backend(backend)
         if chat is None and limit is not None:
@@ -122,12 +130,13 @@ class Summarizer:
                 max_tokens=limit.tokens,
                 count=limit.counter.count_text,
                 kept=kept,
+                plan=plan,
             )
             return cut_to_fit(digest, limit)
         if chat is None:  # a digest of about four characters a token asked for
             max_chars = 4 * max_tokens if max_tokens else EXTRACTIVE_MAX_CHARS
             return await asyncio.to_thread(
-                extractive_digest, records, max_chars=max_chars, kept=kept
+                extractive_digest, records, max_chars=max_chars, kept=kept, plan=plan
             )
         max_tokens = max_tokens or self.max_tokens
         if limit is not None:
@@ -137,14 +146,21 @@ class Summarizer:
         reference, size = (None, 0)
         if kept is not None:
             reference, size = _fitted(openai_message(kept), self.counter, budget // 4)
+        checklist, plan_size = (None, 0)
+        if plan:  # at most a quarter of a request too (the cut is marked)
+            checklist, plan_size = _fitted(_plan_message(plan), self.counter, budget // 4)
+        size += plan_size
         parts: list[str] = []
         chunks = _chunks(records, self.counter, budget - size)
         while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
-            request = _request(prompt, chunk, reference)
+            request = _request(prompt, chunk, reference, checklist)
             parts.append(await chat.complete(request, max_tokens=max_tokens))
         while len(parts) > 1:  # combined in rounds of groups that fit the window
             groups = _groups(parts, self.counter, budget - size)
-            parts = [await _combine(chat, group, prompt, max_tokens, reference) for group in groups]
+            parts = [
+                await _combine(chat, group, prompt, max_tokens, reference, checklist)
+                for group in groups
+            ]
         return parts[0] if limit is None else cut_to_fit(parts[0], limit)
 
 
@@ -181,6 +197,7 @@ async def _combine(
     prompt: str,
     max_tokens: int,
     kept: dict[str, Any] | None,
+    plan: dict[str, Any] | None = None,
 ) -> str:
     if len(parts) == 1:
         return parts[0]
@@ -188,6 +205,7 @@ async def _combine(
     messages = [
         {"role": "system", "content": prompt},
         *_kept_turn(kept),
+        *_plan_turn(plan),
         {"role": "user", "content": f"{COMBINE_REQUEST}\n\n{combined}"},
     ]
     return await chat.complete(messages, max_tokens=max_tokens)
@@ -210,20 +228,39 @@ def _groups(parts: list[str], counter: TextCounter, budget: int) -> list[list[st
 
 
 def _request(
-    prompt: str, chunk: list[dict[str, Any]], kept: dict[str, Any] | None
+    prompt: str,
+    chunk: list[dict[str, Any]],
+    kept: dict[str, Any] | None,
+    plan: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The request for one chunk; the kept message, if any, before it."""
+    """The request for one chunk; the kept message, if any, before it; the plan, if any,
+    after it."""
     if "{messages}" in prompt:  # seed 001 §7.3: the messages inside the prompt
         lines = [f"[{KEPT_LABEL}]: {_text(kept)}"] if kept is not None else []
         lines += [f"[{m['role'].upper()}]: {_text(m)}" for m in chunk]
+        lines += [_text(plan)] if plan is not None else []
         return [{"role": "user", "content": prompt.replace("{messages}", "\n".join(lines))}]
     # Seed 002: the prompt as system, the conversation as it was, then the request.
     body = [{"role": _chat_role(m), "content": _text(m)} for m in chunk]
-    return [{"role": "system", "content": prompt}, *_kept_turn(kept), *body, _final_request()]
+    return [
+        {"role": "system", "content": prompt},
+        *_kept_turn(kept),
+        *body,
+        *_plan_turn(plan),
+        _final_request(),
+    ]
 
 
 def _kept_turn(kept: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [] if kept is None else [{"role": "user", "content": f"[{KEPT_LABEL}]\n{_text(kept)}"}]
+
+
+def _plan_message(plan: Sequence[ChecklistItem]) -> dict[str, Any]:
+    return {"role": "user", "content": f"[{PLAN_LABEL}]\n{render_items(plan)}"}
+
+
+def _plan_turn(plan: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return [] if plan is None else [plan]
 
 
 def _final_request() -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from app.planning.items import entry_items, render_items
 from app.tokens.cutting import cut
 
 HEADER = "[Context inherited from a previous run of this task]"
@@ -62,6 +63,9 @@ def planning_entry(entry: dict[str, Any]) -> str:
     content = entry.get("plan_content")
     if not isinstance(content, str):
         content = orjson.dumps(content, option=orjson.OPT_INDENT_2).decode()
+    items = entry_items(entry)
+    if items is not None:
+        content = f"{content}\n{render_items(items)}" if content else render_items(items)
     return f"- [{entry.get('created_at', '')}] {entry.get('plan_type', '')}:\n{content}"
 
 

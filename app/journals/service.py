@@ -3,11 +3,13 @@
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.errors import TaskNotWritable
 from app.storage.jsonl import append_bytes, dumps_line, last_record, read_page, repair_tail
+
+T = TypeVar("T")
 
 
 class JournalService:
@@ -80,3 +82,9 @@ class JournalService:
             handle.close()
         more = bool(records) and last is not None and records[-1][self.key] < last[self.key]
         return records, more
+
+    async def read(self, task_uuid: str, reader: Callable[[Path], T]) -> T:
+        """What ``reader`` finds in the task's journal file, read under the task lock."""
+        async with self.store.locked(task_uuid) as locked:
+            path = self.store.files(locked).directory / self.file_name
+            return await asyncio.to_thread(reader, path)

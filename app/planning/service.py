@@ -3,10 +3,13 @@
 With ``pin_plan``, writing an entry also stores, in the task row and under the task lock, the
 message that carries it (after the first user message of every payload, app/planning/pinning.py)
 and its cost in each counted format, so budgets include it without reading any file. The
-message is capped to a quarter of the budget: a huge plan cannot crowd out the conversation.
+message carries the current plan items too (app/planning/items.py), with their status, even
+when a later free-text entry is the latest. It is capped to a quarter of the budget: a huge
+plan cannot crowd out the conversation.
 """
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,12 +19,15 @@ from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
 from app.formats import native_format
 from app.journals.service import JournalService
+from app.planning.items import CurrentItems, latest_items, render_items
 from app.planning.pinning import pinned_message
+from app.storage.layout import PLANNING
 from app.tasks.service import TaskService
 from app.tokens.cutting import cut
 
 PINNED_SHARE = 4  # the pinned plan takes at most 1/PINNED_SHARE of the budget
 PINNED_HEADER = "[Current plan: planning entry {id} ({plan_type}, {created_at})]\n"
+ITEMS_FROM = "(items as set by planning entry {entry_id})\n"
 
 
 class PlanningService:
@@ -35,15 +41,20 @@ class PlanningService:
 
     async def page(
         self, task_uuid: str, after: int, limit: int
-    ) -> tuple[list[dict[str, Any]], bool]:
-        return await self.journal.page(task_uuid, after, limit)
+    ) -> tuple[list[dict[str, Any]], bool, CurrentItems | None]:
+        """A page of entries, whether more follow, and the current items."""
+        entries, more = await self.journal.page(task_uuid, after, limit)
+        return entries, more, await self.journal.read(task_uuid, latest_items)
 
     async def _pin(self, locked: LockedTask, entry: dict[str, Any]) -> None:
         task = locked.task
         if not task.pin_plan:
             return
         limit = max(self.tasks.budget(task).allowed // PINNED_SHARE, 16)
-        content, (openai, others) = await asyncio.to_thread(self._message, task, entry, limit)
+        planning = self.store.task_dir(task) / PLANNING
+        content, (openai, others) = await asyncio.to_thread(
+            self._message, task, entry, planning, limit
+        )
         values = {"pinned_plan": content, "plan_tokens": openai, "format_plan_tokens": others}
         async with self.store.db.transaction() as session:
             await session.execute(update(Task).where(Task.uuid == task.uuid).values(**values))
@@ -56,13 +67,20 @@ class PlanningService:
         await self.tasks.condense_if_crossed(locked, before, after)
 
     def _message(
-        self, task: Task, entry: dict[str, Any], limit: int
+        self, task: Task, entry: dict[str, Any], planning: Path, limit: int
     ) -> tuple[str, tuple[int, dict[str, int]]]:
         costs = self.store.counting.costs(task.token_counter)
         body = entry["plan_content"]
         if not isinstance(body, str):
             body = orjson.dumps(body, option=orjson.OPT_INDENT_2).decode()
         content = PINNED_HEADER.format(**entry) + body
+        current = latest_items(planning)  # this entry's items, or those an earlier one set
+        if current is not None and current.items:
+            if not content.endswith("\n"):
+                content += "\n"
+            if current.entry_id != entry["id"]:
+                content += ITEMS_FROM.format(entry_id=current.entry_id)
+            content += render_items(current.items)
         count = self.store.counting.counter(task.token_counter).count_text
         content = cut(count, content, limit - 16)  # 16: the message's own overhead, and more
         return content, costs.message(pinned_message(content))

@@ -197,7 +197,12 @@ async def test_planning_entries_are_numbered_with_seed_fields(
     assert on_disk == entries
     assert (context_dir / "running" / task_uuid / "planning.jsonl").is_file()
     listed = (await client.get(f"/tasks/{task_uuid}/planning")).json()
-    assert listed == {"planning": entries, "next_after_id": None}
+    assert listed == {
+        "planning": entries,
+        "next_after_id": None,
+        "current_items": [],  # free-text entries set no checklist
+        "current_entry_id": None,
+    }
 
 
 async def test_planning_pages_by_after_id(client: httpx.AsyncClient, task: dict[str, Any]) -> None:
