@@ -178,13 +178,14 @@ BAD_MESSAGES: dict[str, tuple[Any, int, str]] = {
         413,
         "message_too_large",
     ),
-    "envelope_field_seq": ({**user(), "seq": 99}, 422, "validation_error"),
-    "envelope_field_tokens": ({**user(), "tokens": 1}, 422, "validation_error"),
+    "envelope_field_seq": ({**user(), "seq": 99}, 422, "reserved_field"),
+    "envelope_field_tokens": ({**user(), "tokens": 1}, 422, "reserved_field"),
     "envelope_field_format_tokens": (
         {**user(), "format_tokens": {"anthropic": 1}},
         422,
-        "validation_error",
+        "reserved_field",
     ),
+    "marker_field": ({**user(), "marker": "rewind", "to_seq": 1}, 422, "reserved_field"),
     "usage_on_a_user_message": ({**user(), "usage": {"prompt_tokens": 5}}, 422, "validation_error"),
     "usage_negative_input_tokens": (
         {"role": "assistant", "content": "ok", "usage": {"input_tokens": -5}},

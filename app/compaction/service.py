@@ -134,9 +134,12 @@ class CompactionService:
         entries = await asyncio.to_thread(_entries, files, head.messages_bytes, fmt)
         return head, entries, files
 
-    def _too_little(self, gain: int, context_tokens: int) -> bool:
+    def _too_little(self, gain: int, context_tokens: int, *, explicit: bool) -> bool:
         """Whether a compaction would free too little to be worth its marker (and the prompt
-        cache it breaks): it moves on to the next tier instead."""
+        cache it breaks): it moves on to the next tier instead. One asked for through the API
+        (``explicit``) only has to free something."""
+        if explicit:
+            return gain <= 0
         return gain < self.settings.min_gain_share * context_tokens
 
     def _cost(self, task: Task, marker: dict[str, Any]) -> tuple[int, FormatTokens]:
@@ -153,10 +156,10 @@ class CompactionService:
     ) -> Outcome:
         """One compaction step: mask, condense (auto, condense) or truncate."""
         if strategy == "truncate":
-            return await self.truncate(task_uuid, thread_id=thread_id)
+            return await self.truncate(task_uuid, thread_id=thread_id, explicit=True)
         if strategy == MASK:
-            return await self.mask(task_uuid, thread_id=thread_id)
-        return await self.condense(task_uuid, backend, thread_id=thread_id)
+            return await self.mask(task_uuid, thread_id=thread_id, explicit=True)
+        return await self.condense(task_uuid, backend, thread_id=thread_id, explicit=True)
 
     @timed_compaction
     async def condense(
@@ -166,9 +169,10 @@ class CompactionService:
         fmt: str | None = None,
         *,
         thread_id: int = 0,
+        explicit: bool = False,
     ) -> Outcome:
         """Summarise the middle of a context; tokens are weighed as ``fmt`` renders them
-        (default: the task's own provider format)."""
+        (default: the task's own provider format). ``explicit``: asked for through the API."""
         async with self._one_at_a_time(task_uuid, thread_id):
             async with self.store.locked(task_uuid, thread_id) as locked:
                 self._require_running(locked)
@@ -214,7 +218,12 @@ class CompactionService:
             if not summary.strip():
                 raise CompactionFailed("the summariser returned an empty summary", code="empty")
             return await self._commit_condense(
-                (task_uuid, thread_id), fmt, span, summary, self.summarizer.describe(backend)
+                (task_uuid, thread_id),
+                fmt,
+                span,
+                summary,
+                self.summarizer.describe(backend),
+                explicit=explicit,
             )
 
     def _summary_limit(self, locked: LockedTask, fmt: str, messages: int) -> SummaryLimit:
@@ -234,6 +243,8 @@ class CompactionService:
         span: list[int],
         summary: str,
         summarizer: str,
+        *,
+        explicit: bool,
     ) -> Outcome:
         async with self.store.locked(*context) as locked:
             head, entries, files = await self._index(locked, fmt)
@@ -251,16 +262,25 @@ class CompactionService:
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
                 return Outcome("skipped", before, before, reason="context_grew")  # short ones
-            if self._too_little(hidden.tokens(entries) - in_format(*cost, fmt), before):
+            gain = hidden.tokens(entries) - in_format(*cost, fmt)
+            if self._too_little(gain, before, explicit=explicit):
                 return Outcome("skipped", before, before, reason="too_little_gain")
             record = self._summary_record("condense", entries, hidden, content, fmt, cost)
             record["summarizer"] = summarizer
             return await self._commit(locked, head, files, marker, record, hidden, entries, cost)
 
     @timed_compaction
-    async def mask(self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0) -> Outcome:
+    async def mask(
+        self,
+        task_uuid: str,
+        fmt: str | None = None,
+        *,
+        thread_id: int = 0,
+        explicit: bool = False,
+    ) -> Outcome:
         """Replace every older tool result (all but the newest ``keep_tool_results``) with a
-        one-line placeholder, in one batch, if that frees at least ``mask_min_tokens``."""
+        one-line placeholder, in one batch, if that frees at least ``mask_min_tokens`` (any
+        gain when ``explicit``, asked for through the API)."""
         async with (
             self._one_at_a_time(task_uuid, thread_id),
             self.store.locked(task_uuid, thread_id) as locked,
@@ -280,7 +300,8 @@ class CompactionService:
             original = sum(entries[i].tokens for i in chosen)
             placeholders = sum(in_format(m["tokens"], m["format_tokens"], fmt) for m in masks)
             gain = original - placeholders
-            if gain < self.settings.mask_min_tokens or self._too_little(gain, before):
+            floor = 1 if explicit else self.settings.mask_min_tokens
+            if gain < floor or self._too_little(gain, before, explicit=explicit):
                 return Outcome("skipped", before, before, reason="too_little_gain")
             now = utc_timestamp()
             marker = {"marker": MASK, "masks": masks, "timestamp": now, "tokens": 0}
@@ -319,7 +340,12 @@ class CompactionService:
 
     @timed_compaction
     async def truncate(
-        self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
+        self,
+        task_uuid: str,
+        fmt: str | None = None,
+        *,
+        thread_id: int = 0,
+        explicit: bool = False,
     ) -> Outcome:
         async with (
             self._one_at_a_time(task_uuid, thread_id),
@@ -337,7 +363,8 @@ class CompactionService:
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= plan.tokens(entries):  # e.g. only an older marker
                 return Outcome("skipped", before, before, reason="context_grew")
-            if self._too_little(plan.tokens(entries) - in_format(*cost, fmt), before):
+            gain = plan.tokens(entries) - in_format(*cost, fmt)
+            if self._too_little(gain, before, explicit=explicit):
                 return Outcome("skipped", before, before, reason="too_little_gain")
             record = self._summary_record("truncation", entries, plan, content, fmt, cost)
             return await self._commit(locked, head, files, marker, record, plan, entries, cost)

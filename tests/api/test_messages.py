@@ -506,8 +506,14 @@ async def test_context_overview_of_an_empty_task(client: httpx.AsyncClient) -> N
 
 async def test_next_action_follows_threshold_and_budget(client: httpx.AsyncClient) -> None:
     """next_action is "none" below the threshold, "condense" from it, "over_budget" beyond
-    the budget; /request then compacts first and serves a payload within the budget."""
-    task = await create_task(client, context_length=2048, max_output_tokens=100)
+    the budget; /request then compacts first and serves a payload within the budget. (The task
+    has no tier that runs in the background, so the context climbs past its threshold.)"""
+    task = await create_task(
+        client,
+        context_length=2048,
+        max_output_tokens=100,
+        compaction={"tiers": ["truncate", "elide"]},
+    )
     task_uuid = task["uuid"]
     view = await overview(client, task_uuid)
     assert view["threshold"] == 1433

@@ -427,15 +427,15 @@ async def test_truncate_never_splits_a_tool_pair(client: httpx.AsyncClient) -> N
     assert body["messages"][3:] == posted[4:]
 
 
-async def test_truncating_behind_a_summary_keeps_its_messages_hidden(
+async def test_truncating_behind_a_summary_keeps_the_summary(
     client: httpx.AsyncClient,
 ) -> None:
-    """A truncation over a summary hides what the summary stood for, and takes a call's
-    results along rather than hide the summary alone.
+    """A truncation after a condense keeps the summary (the memory of what came before) and
+    hides what follows it, taking a call's results along rather than ending between them.
 
-    Regressions: a span ending on a summary hid only the summary's position, so the 14
-    summarised messages came back and the "compaction" made the context larger; and moving
-    the cut back before a call left a span of markers only, whose replacement gains nothing.
+    Regressions: a truncation over the summary hid it with the messages it stood for, so a
+    payload kept nothing of them; and moving the cut back before a call left a span of markers
+    only, whose replacement gains nothing.
     """
     uuid = await new_task(client)
     calls: Message = {
@@ -454,20 +454,27 @@ async def test_truncating_behind_a_summary_keeps_its_messages_hidden(
     await append(client, uuid, posted)
     condensed = await compress(client, uuid, "condense")  # hides 3..16: the tail is kept
     assert condensed["hidden_messages"] == 14
-    # [system, instruction, summary, call, 3 results, user]: half of 6 after the head is 2,
-    # which would end between the call and its results; the results go with it.
+    summary = (await payload(client, uuid))[0]["messages"][2]
+    # [system, instruction, summary, call, 3 results, user]: half of the 5 after the summary is
+    # 2, which would end between the call and its results; the results go with it.
 
     outcome = await compress(client, uuid, "truncate")
 
     assert outcome["kind"] == "truncation"
-    assert outcome["hidden_messages"] == 14 + 4  # the summary's 14, the call, its 3 results
+    assert outcome["hidden_messages"] == 4  # the call and its 3 results
     assert outcome["tokens_after"] < outcome["tokens_before"]
     body, tokens, _ = await payload(client, uuid)
     assert tokens == outcome["tokens_after"]
-    text = "[Sliding window truncation: 18 messages hidden to reduce context]"
-    assert body["messages"] == [SYSTEM, INSTRUCTION, {"role": "user", "content": text}, tail[-1]]
+    text = "[Sliding window truncation: 4 messages hidden to reduce context]"
+    assert body["messages"] == [
+        SYSTEM,
+        INSTRUCTION,
+        summary,
+        {"role": "user", "content": text},
+        tail[-1],
+    ]
     records = await history(client, uuid)
-    assert records[-1]["hides"] == [3, 20]
+    assert records[-1]["hides"] == [17, 20]
 
 
 async def test_request_elides_when_truncation_gains_nothing(client: httpx.AsyncClient) -> None:

@@ -96,31 +96,35 @@ async def test_a_small_window_masks_old_outputs_and_keeps_everything_else(
 
 
 async def test_masking_happens_in_batches_so_the_prefix_stays_stable(
-    client: httpx.AsyncClient,
+    settings: Settings,
 ) -> None:
-    """After a mask, one more small tool turn frees too little to mask again: the payload's
-    earlier messages are byte for byte what they were (a provider's prompt cache holds)."""
-    uuid = await new_task(client, context_length=16_000, max_output_tokens=1000)
-    await append(client, uuid, [INSTRUCTION])
-    for i in range(14):
-        await append(client, uuid, tool_turn(i))
-    response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "mask"})
-    assert response.status_code == 200, response.text
-    assert response.json()["kind"] == "mask"
-    assert response.json()["hidden_messages"] == 11
-    before = await payload(client, uuid)
-    await append(client, uuid, tool_turn(14, lines=3))
-    response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "mask"})
-    assert response.json() | {"tokens_before": 0, "tokens_after": 0} == {
-        "kind": "skipped",
-        "reason": "too_little_gain",
-        "summary_id": None,
-        "hidden_messages": 0,
-        "tokens_before": 0,
-        "tokens_after": 0,
-    }
-    after = await payload(client, uuid)
-    assert after[: len(before)] == before
+    """An agent's loop at a 16k window, 40 tool turns: the background compaction masks when the
+    threshold is crossed, several results at once, never one a turn; between two masks every
+    payload starts with the previous one byte for byte (a provider's prompt cache holds)."""
+    async with running_app(settings) as client:
+        uuid = await new_task(
+            client,
+            context_length=16_000,
+            max_output_tokens=1000,
+            compaction={"tiers": ["mask", "truncate", "elide"]},
+        )
+        await append(client, uuid, [INSTRUCTION])
+        previous: list[Message] = []
+        masks_seen = stable = 0
+        for i in range(40):
+            await append(client, uuid, tool_turn(i))
+            await settled_jobs(client, uuid, at_least_one=False)
+            summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+            messages = await payload(client, uuid)
+            if len(summaries) == masks_seen:
+                assert messages[: len(previous)] == previous, f"turn {i}"
+                stable += 1
+            masks_seen = len(summaries)
+            previous = messages
+    assert {s["kind"] for s in summaries} == {"mask"}
+    assert len(summaries) >= 2
+    assert all(s["compressed_message_count"] >= 2 for s in summaries)
+    assert stable >= 40 - len(summaries)
 
 
 async def test_a_rewind_brings_masked_outputs_back(client: httpx.AsyncClient) -> None:
