@@ -23,7 +23,9 @@ SHOWN_STATUSES = 40
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fuzz", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--conversations", type=int, default=200, help="how many (default 200)")
     parser.add_argument("--minutes", type=float, help="stop starting new ones after this long")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)

@@ -228,7 +228,9 @@ class _Player:
         size = f" ({len(content)} bytes)" if content is not None else ""
         query = f"?{'&'.join(f'{k}={v}' for k, v in params.items())}" if params else ""
         self.trace.append(f"{method} {path}{query}{size} -> {response.status_code} {code}".rstrip())
-        self.outcome.statuses[f"{method} {_route(path)} {response.status_code} {code}".rstrip()] += 1
+        self.outcome.statuses[
+            f"{method} {_route(path)} {response.status_code} {code}".rstrip()
+        ] += 1
         require(
             response.status_code < 500,
             f"{method} {path}: {response.status_code} {response.text[:800]}",
@@ -268,7 +270,7 @@ class _Player:
             f"append answered {response.status_code}, expected {allowed}: {response.text[:800]}",
         )
         if response.status_code == 201:
-            messages = body["messages"] if "messages" in body else [body]
+            messages = body.get("messages", [body])
             replayed = response.headers.get("idempotent-replayed") == "true"
             require(not replayed, "a first post was answered as a replay")
             self.ledger.acknowledge(response.json()["seqs"], messages)
@@ -383,9 +385,7 @@ class _Player:
             response = await self.send("POST", path, body=body, headers=headers)
             require(response.status_code == 201, f"a replay answered {response.status_code}")
             require(response.json()["seqs"] == first["seqs"], "a replay gave other seqs")
-            require(
-                response.headers.get("idempotent-replayed") == "true", "a replay not marked so"
-            )
+            require(response.headers.get("idempotent-replayed") == "true", "a replay not marked so")
             check_unchanged(before, self.state(), "a replay")
         else:
             other = {"role": "user", "content": f"another body for {key}"}
@@ -469,5 +469,3 @@ def _code(response: httpx.Response) -> str:
 def _route(path: str) -> str:
     parts = path.split("/")
     return "/".join("{uuid}" if len(p) == 36 else p for p in parts)
-
-

@@ -12,6 +12,7 @@ its database row and the payloads served.
 - refusals: a 4xx leaves the task's files and head as they were.
 """
 
+import itertools
 import json
 import shutil
 import sqlite3
@@ -106,7 +107,7 @@ def check_history(directory: Path, ledger: Ledger) -> list[dict[str, Any]]:
     require(written.endswith(b"\n"), "messages.jsonl does not end with a newline")
     seqs = [r["seq"] for r in records]
     require(
-        all(a < b for a, b in zip(seqs, seqs[1:], strict=False)),
+        all(a < b for a, b in itertools.pairwise(seqs)),
         f"seqs do not strictly increase: {seqs}",
     )
     require(seqs[-1] >= ledger.issued, f"seq {ledger.issued} was issued, the last is {seqs[-1]}")

@@ -36,10 +36,11 @@ MARKER_KINDS = ("rewind", "condense", "truncation", "elision")
 # Extra fields with no meaning to the service: stored as sent, never in a payload.
 PLAIN_FIELDS = ("type", "metadata", "id", "cache_control", "x_trace", "annotations")
 
-WORDS = (
+_WORDS_TEXT = (
     "alpha beta gamma delta src/app/main.py error: failed tests pass refactor the module "
-    "def main(): return 0  Traceback (most recent call last): KeyError 'seq' "
-).split(" ")
+    "def main(): return 0 Traceback (most recent call last): KeyError 'seq'"
+)
+WORDS = (*_WORDS_TEXT.split(), "")
 UNICODE = (
     "héllo wörld ",
     "日本語のテキスト ",
@@ -158,7 +159,7 @@ class _Generator:
     def content(self, role: str) -> Any:
         r = self.random
         roll = r.random()
-        if roll < 0.8 or role == "tool" and roll < 0.95:
+        if roll < 0.8 or (role == "tool" and roll < 0.95):
             return self.text()
         parts: list[dict[str, Any]] = [
             {"type": "text", "text": self.text()} for _ in range(r.randint(1, 3))
@@ -189,9 +190,7 @@ class _Generator:
         if single:
             role = role or r.choice(("user", "user", "assistant", "assistant", "system"))
             return {"op": "append", "body": self.message(role), "key": self.key()}
-        messages = [
-            self.message(r.choice(("user", "assistant"))) for _ in range(r.randint(2, 5))
-        ]
+        messages = [self.message(r.choice(("user", "assistant"))) for _ in range(r.randint(2, 5))]
         if r.random() < 0.4:  # a tool group inside the batch
             assistant, results = self.tool_group()
             at = r.randint(0, len(messages))
