@@ -65,11 +65,18 @@ def fuzz_settings(context_dir: Path) -> Settings:
 
 @dataclass(repr=False)  # the steps can be huge and deeply nested
 class FuzzFailure(Exception):
-    seed: int
-    step: int  # index into steps
-    steps: list[dict[str, Any]]
+    conversation: Conversation
+    step: int  # index into its steps
     trace: list[str]
     cause: str
+
+    @property
+    def seed(self) -> int:
+        return self.conversation.seed
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        return self.conversation.steps
 
     def __repr__(self) -> str:
         return f"FuzzFailure(seed={self.seed}, step={self.step})"
@@ -77,7 +84,7 @@ class FuzzFailure(Exception):
     def __str__(self) -> str:
         return (
             f"conversation seed {self.seed} broke at step {self.step}: {self.cause}\n"
-            f"replay: python -m tests.fuzz --replay {self.seed}\n"
+            f"replay: {self.conversation.replay}\n"
             f"steps (long strings shortened):\n"
             + "\n".join(f"  {i}: {abridged(s)}" for i, s in enumerate(self.steps[: self.step + 1]))
             + "\nrequests:\n"
@@ -147,9 +154,7 @@ async def play(conversation: Conversation, context_dir: Path) -> Outcome:
                     await player.check_store()
                 except Exception as exc:  # a broken promise, or the app's own exception
                     cause = str(exc) if isinstance(exc, Broken) else _raised(exc)
-                    raise FuzzFailure(
-                        conversation.seed, index, conversation.steps, player.trace, cause
-                    ) from exc
+                    raise FuzzFailure(conversation, index, player.trace, cause) from exc
                 player.outcome.steps += 1
         finally:
             await player.stop()
@@ -333,7 +338,7 @@ class _Player:
 
     async def step_hostile(self, step: dict[str, Any]) -> None:
         # Stored verbatim, or refused (and then nothing written): both keep the promises.
-        await self.append(step["body"], allowed=(201, 413, 422))
+        await self.append(step["body"], allowed=(201, 409, 413, 422))
 
     async def step_bad(self, step: dict[str, Any]) -> None:
         kind = step["kind"]
@@ -352,7 +357,6 @@ class _Player:
                 "messages": [{"role": "assistant", "tool_calls": [call]}, step["filler"]]
             },
             "tool_calls_on_user": {"role": "user", "content": "x", "tool_calls": [call]},
-            "duplicate_call_ids": {"role": "assistant", "tool_calls": [call, call]},
         }
         if kind in bodies:
             response = await self.write("POST", messages, body=bodies[kind])

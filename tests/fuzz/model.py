@@ -12,7 +12,8 @@ Step kinds (``op``):
   some results left for later (the next append then meets 409 and answers them, as an agent
   would);
 - ``hostile``: a message with extra fields (reserved names such as ``marker`` or ``seq``, deep
-  nesting, NUL, lone surrogates, huge strings): the service stores it verbatim or refuses it;
+  nesting, NUL, lone surrogates, huge strings), or tool call ids used twice: the service stores
+  it verbatim (and keeps every promise after) or refuses it;
 - ``bad``: a request the service must refuse (malformed, unpaired, too large, unknown task...);
 - ``retry``: the last keyed append again (same body: replayed; another body: refused);
 - ``compress`` (condense or truncate), ``request`` and ``context`` in every format (small windows
@@ -75,8 +76,19 @@ class Options:
 @dataclass
 class Conversation:
     seed: int
+    options: Options
     task: dict[str, Any]
     steps: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def replay(self) -> str:
+        """The command that plays this conversation again."""
+        flags = [f"--replay {self.seed}"]
+        if self.options.max_steps != Options.max_steps:
+            flags.append(f"--max-steps {self.options.max_steps}")
+        if not self.options.reserved_fields:
+            flags.append("--no-reserved-fields")
+        return "python -m tests.fuzz " + " ".join(flags)
 
 
 def conversation(seed: int, options: Options) -> Conversation:
@@ -129,7 +141,7 @@ class _Generator:
             kind = r.choices(names, weights)[0]
             steps.append(getattr(self, kind)())
         steps.append({"op": "request", "format": r.choice(FORMATS)})
-        return Conversation(self.seed, task, steps)
+        return Conversation(self.seed, self.options, task, steps)
 
     # -- text and messages
 
@@ -241,7 +253,7 @@ class _Generator:
     def hostile(self) -> dict[str, Any]:
         r = self.random
         message = self.message(r.choice(("user", "assistant")))
-        kinds = ["plain", "nesting", "huge", "surrogate", "nul_key"]
+        kinds = ["plain", "nesting", "huge", "surrogate", "nul_key", "duplicate_ids", "reused_id"]
         if self.options.reserved_fields:
             kinds += ["reserved", "reserved", "reserved"]
         kind = r.choice(kinds)
@@ -271,6 +283,19 @@ class _Generator:
             message["metadata"] = nested
         elif kind == "huge":
             message["metadata"] = {"blob": "x" * r.randint(10_000, 300_000)}
+        elif kind in ("duplicate_ids", "reused_id"):
+            # Ids an agent should not send: twice in one message, or one answered before.
+            assistant, results = self.tool_group()
+            calls = assistant["tool_calls"]
+            if kind == "duplicate_ids":
+                calls.append(dict(calls[0]))
+                results.append(dict(results[0]))
+            else:
+                first, calls[0]["id"] = calls[0]["id"], f"call_{self.seed}_1"
+                for result in results:
+                    if result["tool_call_id"] == first:
+                        result["tool_call_id"] = calls[0]["id"]
+            return {"op": "hostile", "kind": kind, "body": {"messages": [assistant, *results]}}
         elif kind == "surrogate":
             message["content"] = "lone \ud800 surrogate " + self.text()
         else:
@@ -295,7 +320,6 @@ class _Generator:
                 "compress_bad_strategy",
                 "unknown_task",
                 "tool_calls_on_user",
-                "duplicate_call_ids",
             )
         )
         return {"op": "bad", "kind": kind, "filler": self.message("user")}
