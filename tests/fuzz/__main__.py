@@ -68,7 +68,10 @@ def summarise(seed: int, report: Report) -> int:
     statuses: Counter[str] = Counter()
     for result in played:
         statuses.update(result.statuses)
-    print(f"\nstatuses (request, status, error code: count), the {SHOWN_STATUSES} most common:")
+    print(
+        f"\nrequests (status, error code) and the histories' markers, the {SHOWN_STATUSES} most"
+        " common:"
+    )
     for name, count in statuses.most_common(SHOWN_STATUSES):
         print(f"  {count:8d}  {name}")
     groups = report.distinct_failures()

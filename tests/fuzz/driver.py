@@ -156,6 +156,7 @@ async def play(conversation: Conversation, context_dir: Path) -> Outcome:
                     cause = str(exc) if isinstance(exc, Broken) else _raised(exc)
                     raise FuzzFailure(conversation, index, player.trace, cause) from exc
                 player.outcome.steps += 1
+            player.outcome.statuses.update(player.markers)
         finally:
             await player.stop()
     return player.outcome
@@ -174,6 +175,7 @@ class _Player:
         self.budget = 0
         self.current_messages = 0
         self.marker_seqs: list[int] = []
+        self.markers: Counter[str] = Counter()  # the history's markers by kind
         self.keyed: dict[str, tuple[Any, dict[str, Any]]] = {}
         self.last_key: str | None = None
         self.trace: list[str] = []
@@ -313,7 +315,9 @@ class _Player:
         check_markers(self.directory, records, task["statistics"]["compression_count"])
         self.budget = context["budget"]
         self.current_messages = head.current_messages
-        self.marker_seqs = [r["seq"] for r in records if "marker" in r]
+        markers = [r for r in records if "marker" in r]
+        self.marker_seqs = [r["seq"] for r in markers]
+        self.markers = Counter(f"marker {r['marker']}" for r in markers)
 
     # -- steps
 
