@@ -367,7 +367,9 @@ class _Player:
         elif kind == "not_json":
             response = await self.write("POST", messages, raw=b'{"role": "user", "content": ')
         elif kind == "rewind_bad_seq":
-            body = {"to_seq": 0} if step["filler"]["content"] else {"to_seq": "3"}
+            # Out of range, a string, a non-boolean flag: the filler's length picks which.
+            bodies_bad = ({"to_seq": 0}, {"to_seq": "3"}, {"to_seq": 1, "include_target": "yes"})
+            body = bodies_bad[len(step["filler"]["content"]) % len(bodies_bad)]
             response = await self.write("POST", f"/tasks/{self.uuid}/rewind", body=body)
         elif kind == "compress_bad_strategy":
             body = {"strategy": "shred"}
