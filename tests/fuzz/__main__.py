@@ -11,6 +11,7 @@ that reproduce it. Exits 1 when something broke.
 import argparse
 import os
 import random
+import signal
 import sys
 import time
 from collections import Counter
@@ -51,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         + ("" if options.reserved_fields else ", no reserved fields"),
         flush=True,
     )
+    # Ctrl-C or a TERM ends the run with a report of what was played (also when started in
+    # the background, where SIGINT comes ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     run = Run(seed, args.conversations, args.workers, options, args.minutes)
     every = max(1, args.conversations // 20)
 
@@ -83,6 +88,7 @@ def summarise(seed: int, report: Report) -> int:
         f"\nfuzz: seed {seed}: {len(played)} conversations ({steps} steps) in "
         f"{report.seconds:.0f} s, {len(report.failures)} failed "
         f"({len(groups)} distinct); {len(report.results) - len(played)} not started (time)"
+        + (", interrupted" if report.interrupted else "")
     )
     return 1 if report.failures else 0
 

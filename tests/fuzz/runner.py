@@ -8,6 +8,7 @@ import asyncio
 import functools
 import logging
 import multiprocessing
+import signal
 import tempfile
 import time
 import traceback
@@ -81,6 +82,7 @@ class Run:
 class Report:
     results: list[Result]
     seconds: float
+    interrupted: bool = False
 
     @property
     def played(self) -> list[Result]:
@@ -99,6 +101,7 @@ class Report:
 
 
 def _worker_init(quiet: bool) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if quiet:  # the app logs every refusal and error; the report says what matters
         logging.disable(logging.CRITICAL)
 
@@ -118,10 +121,14 @@ def run_many(run: Run, progress: Callable[[int, int, float], None] | None = None
     jobs = [(run.seed + i, run.options, deadline) for i in range(run.conversations)]
     results: list[Result] = []
     context = multiprocessing.get_context("spawn")
+    interrupted = False
     with context.Pool(run.workers, initializer=_worker_init, initargs=(True,)) as pool:
-        for result in pool.imap_unordered(_run_job, jobs, chunksize=4):
-            results.append(result)
-            if progress is not None:
-                failed = sum(1 for r in results if r.failure)
-                progress(len(results), failed, time.monotonic() - began)
-    return Report(results, time.monotonic() - began)
+        try:
+            for result in pool.imap_unordered(_run_job, jobs, chunksize=4):
+                results.append(result)
+                if progress is not None:
+                    failed = sum(1 for r in results if r.failure)
+                    progress(len(results), failed, time.monotonic() - began)
+        except KeyboardInterrupt:  # Ctrl-C: report what was played so far
+            interrupted = True
+    return Report(results, time.monotonic() - began, interrupted)
