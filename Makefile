@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install run test test-sqlite test-postgres lint format migrate openapi bench clean
+.PHONY: help install run test test-sqlite test-postgres lint format migrate openapi bench fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -52,6 +52,14 @@ openapi: $(STAMP) ## regenerate openapi.yaml from the app
 
 bench: $(STAMP) ## run every benchmark (~9 min; writes bench/results/ and bench/README.md)
 	$(BIN)/python -m bench
+
+# FUZZ_MINUTES bounds the time (conversations not started by then are left out); FUZZ_SEED
+# replays a run.
+FUZZ_CONVERSATIONS ?= 10000
+FUZZ_WORKERS ?= 2
+fuzz: $(STAMP) ## play 10,000 random conversations against the real app, invariants after each step
+	$(BIN)/python -m tests.fuzz --conversations $(FUZZ_CONVERSATIONS) --workers $(FUZZ_WORKERS) \
+		$(if $(FUZZ_MINUTES),--minutes $(FUZZ_MINUTES)) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
 
 clean: ## remove .venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -14,6 +14,10 @@ After every step:
   committed head (GET /tasks context) agrees with both;
 - every compaction marker has its summaries.jsonl record (and made the context smaller), and
   compression_count counts them.
+
+The fixed examples (derandomized) run on every run, and a fresh random sample beside them: its
+seed is printed on failure, and ``pytest --hypothesis-seed=N`` replays it. tests/fuzz plays
+hostile and refused requests, restarts and every payload format at scale.
 """
 
 import asyncio
@@ -214,17 +218,32 @@ async def scenario(context_length: int, plan: list[Step]) -> Run:
         return run
 
 
-@settings(
-    max_examples=30,
+SLOW_EXAMPLES = settings(
     deadline=None,
-    derandomize=True,
     database=None,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: it can take minutes here
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(context_length=st.integers(2048, 16_000), plan=steps)
-def test_random_histories_keep_the_invariants(context_length: int, plan: list[Step]) -> None:
-    """Budget, tool pairing, append-only history and a rebuildable current.jsonl, always."""
+
+
+def check_histories(context_length: int, plan: list[Step]) -> None:
     run = asyncio.run(scenario(context_length, plan))
     assert run.requests >= 1
     assert len(run.messages_bytes.splitlines()) >= len(run.message_seqs)
+
+
+@settings(SLOW_EXAMPLES, max_examples=30, derandomize=True)
+@given(context_length=st.integers(2048, 16_000), plan=steps)
+def test_random_histories_keep_the_invariants(context_length: int, plan: list[Step]) -> None:
+    """Budget, tool pairing, append-only history and a rebuildable current.jsonl, always: the
+    same 30 histories on every run."""
+    check_histories(context_length, plan)
+
+
+# Hypothesis draws a new seed each run; a failure prints it ("run pytest with
+# --hypothesis-seed=N to reproduce"), and --hypothesis-seed=N replays that run.
+@settings(SLOW_EXAMPLES, max_examples=10, derandomize=False)
+@given(context_length=st.integers(2048, 16_000), plan=steps)
+def test_fresh_histories_keep_the_invariants(context_length: int, plan: list[Step]) -> None:
+    """The same invariants over 10 histories never drawn before: new ones on every run."""
+    check_histories(context_length, plan)

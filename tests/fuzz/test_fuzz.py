@@ -1,0 +1,56 @@
+"""A sample of the fuzzer in the regular suite: fresh random conversations on every run.
+
+The seed is printed (``-s`` shows it; a failure names it): ``FUZZ_SEED=<seed> pytest
+tests/fuzz`` plays the same sample again, ``python -m tests.fuzz --replay <conversation seed>``
+one conversation. ``make fuzz`` plays ten thousand.
+"""
+
+import os
+import random
+
+import pytest
+
+from tests.fuzz.driver import abridged
+from tests.fuzz.model import Options, conversation
+from tests.fuzz.runner import Report, run_one
+
+SAMPLE = 30
+
+
+@pytest.mark.sqlite_only  # the fuzzer reads the SQLite head row itself
+def test_random_conversations_keep_the_invariants() -> None:
+    """Budget, pairing, append-only history, rebuildable current.jsonl and head, markers with
+    their summaries, acknowledged seqs kept, refusals that wrote nothing: after every step."""
+    seed = int(os.environ.get("FUZZ_SEED") or random.SystemRandom().randrange(1, 1 << 31))
+    print(f"FUZZ_SEED={seed}")
+    report = Report([run_one(seed + i, Options()) for i in range(SAMPLE)], seconds=0.0)
+    failures = report.distinct_failures()
+    assert not failures, f"FUZZ_SEED={seed}: {len(failures)} distinct failures\n\n" + "\n\n".join(
+        f"=== {signature} (seeds {[r.seed for r in results]})\n{results[0].failure}"
+        for signature, results in failures.items()
+    )
+    assert sum(r.steps for r in report.results) >= SAMPLE * 2
+
+
+def test_a_seed_gives_the_same_conversation() -> None:
+    """A failure's seed is all it takes to replay it: generation is deterministic."""
+    first, again = conversation(7, Options()), conversation(7, Options())
+    assert abridged(first.steps) == abridged(again.steps)
+    assert first.task == again.task
+    assert abridged(conversation(8, Options()).steps) != abridged(first.steps)
+
+
+def test_reserved_fields_are_in_by_default_and_can_be_left_out() -> None:
+    """Hostile messages carry reserved names (marker, seq...) unless the run leaves them out."""
+
+    def reserved(options: Options) -> int:
+        kinds = [
+            step.get("kind")
+            for seed in range(200)
+            for step in conversation(seed, options).steps
+            if step["op"] == "hostile"
+        ]
+        return kinds.count("reserved")
+
+    assert reserved(Options()) > 0
+    assert reserved(Options(reserved_fields=False)) == 0
