@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.context.effective import COMPACTION_KINDS
+from app.context.effective import COMPACTION_KINDS, MASK
 from app.context.files import ContextFiles, CurrentRender
-from app.context.records import ENVELOPE_FIELDS, HeadState, openai_message
+from app.context.records import RESERVED_FIELDS, HeadState, openai_message
 from app.formats import FORMATS
 from app.storage.layout import CURRENT, MESSAGES, SUMMARIES
 from app.tokens.counting import TokenCounting
@@ -36,6 +36,12 @@ class Broken(AssertionError):
     """An invariant does not hold."""
 
 
+# The fields of the message schema (a null one is not stored); any other is an extra field.
+MESSAGE_FIELDS = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "tool_name", "usage"}
+)
+
+
 def require(condition: bool, what: str) -> None:
     if not condition:
         raise Broken(what)
@@ -43,8 +49,9 @@ def require(condition: bool, what: str) -> None:
 
 def stored_form(message: dict[str, Any]) -> dict[str, Any]:
     """A posted message as its record must hold it: the fields as sent (a null is an absent
-    field), content always present, a tool call's type defaulted."""
-    stored = {k: v for k, v in message.items() if v is not None}
+    field, but for extra fields, kept as sent), content always present, a tool call's type
+    defaulted."""
+    stored = {k: v for k, v in message.items() if v is not None or k not in MESSAGE_FIELDS}
     stored["content"] = message.get("content")
     if isinstance(stored["content"], list):
         stored["content"] = [_without_nulls(part) for part in stored["content"]]
@@ -62,7 +69,7 @@ def _without_nulls(value: Any) -> Any:
 def as_posted(record: dict[str, Any], posted: dict[str, Any]) -> dict[str, Any]:
     """A record less what the service adds (its envelope; a result's tool_name, when the
     message had none)."""
-    message = {k: v for k, v in record.items() if k not in ENVELOPE_FIELDS}
+    message = {k: v for k, v in record.items() if k not in RESERVED_FIELDS}
     if message.get("role") == "tool" and "tool_name" not in posted:
         message.pop("tool_name", None)
     return message
@@ -181,7 +188,7 @@ def check_jobs(jobs: list[dict[str, Any]]) -> None:
 
 def check_markers(directory: Path, records: list[dict[str, Any]], compression_count: int) -> None:
     """Every compaction marker has its summaries.jsonl record, and is counted once."""
-    markers = [r for r in records if r.get("marker") in COMPACTION_KINDS]
+    markers = [r for r in records if r.get("marker") in {*COMPACTION_KINDS, MASK}]
     path = directory / SUMMARIES
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     by_id = {s["id"]: s for s in map(json.loads, lines)}
@@ -193,10 +200,15 @@ def check_markers(directory: Path, records: list[dict[str, Any]], compression_co
         summary = by_id.get(marker.get("summary_id"))
         require(summary is not None, f"marker {marker['seq']} has no summaries.jsonl record")
         assert summary is not None
+        covers = (
+            summary["masked_seqs"] == [m["seq"] for m in marker["masks"]]
+            if marker["marker"] == MASK
+            else [summary["start_seq"], summary["end_seq"]] == marker["hides"]
+        )
         require(
             summary["marker_seq"] == marker["seq"]
             and summary["kind"] == marker["marker"]
-            and [summary["start_seq"], summary["end_seq"]] == marker["hides"],
+            and covers,
             f"marker {marker['seq']} and its summary disagree: {_short(summary)}",
         )
 

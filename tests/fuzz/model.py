@@ -25,17 +25,15 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.context.records import ENVELOPE_FIELDS
+from app.context.records import RESERVED_FIELDS
 
 PROVIDERS = ("openai", "anthropic", "ollama", "lmstudio")
 FORMATS = ("openai", "lmstudio", "anthropic", "ollama")
 # Names the service gives meaning to in a stored record: a message may not smuggle them in.
-RESERVED_FIELDS = tuple(
-    sorted(ENVELOPE_FIELDS | {"marker", "hides", "to_seq", "include_target", "summary_id"})
-)
-MARKER_KINDS = ("rewind", "condense", "truncation", "elision")
+RESERVED = tuple(sorted(RESERVED_FIELDS))
+MARKER_KINDS = ("rewind", "condense", "truncation", "elision", "mask")
 # Extra fields with no meaning to the service: stored as sent, never in a payload.
-PLAIN_FIELDS = ("type", "metadata", "id", "cache_control", "x_trace", "annotations")
+PLAIN_FIELDS = ("metadata", "id", "cache_control", "x_trace", "annotations")
 
 _WORDS_TEXT = (
     "alpha beta gamma delta src/app/main.py error: failed tests pass refactor the module "
@@ -258,7 +256,7 @@ class _Generator:
             kinds += ["reserved", "reserved", "reserved"]
         kind = r.choice(kinds)
         if kind == "reserved":
-            name = r.choice(RESERVED_FIELDS)
+            name = r.choice(RESERVED)
             message[name] = r.choice(
                 (
                     r.choice(MARKER_KINDS),
