@@ -598,6 +598,16 @@ class ErrorGroups:
         return sorted(groups, key=lambda group: group.order)
 
 
+def grouped_errors(record: dict[str, Any], *, limit: int, max_chars: int) -> tuple[list[str], int]:
+    """A record's error lines grouped as a digest groups them: the first ``limit`` groups,
+    each rendered in at most ``max_chars``, and how many groups more there were."""
+    collected = ErrorGroups()
+    for line in record_errors(record):
+        collected.add(line)
+    groups = collected.in_order()
+    return [group.render(max_chars) for group in groups[:limit]], max(0, len(groups) - limit)
+
+
 def shows_error_line(item: str, line: str) -> bool:
     """Whether a digest's error item shows this error line: the line itself, or the line of a
     group that lists the line's value among others ("row 5, 28, 51 (3 more)")."""

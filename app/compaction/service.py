@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, Literal
 import orjson
 
 from app.compaction import plans
+from app.compaction.extractive import grouped_errors
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.policy import Budget
 from app.compaction.summarizer import Summarizer, SummaryLimit
@@ -52,6 +53,8 @@ ELISION_TEXT = "\n[... {cut} characters elided to fit the context window ...]\n"
 MAX_FIT_ROUNDS = 12
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
 MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
+MAX_PLACEHOLDER_ERRORS = 3  # error lines (grouped) a masked result's placeholder keeps
+MAX_PLACEHOLDER_ERROR_CHARS = 200
 
 
 # Tiers that run once per fit (each does all it can at once) and those that never hide a
@@ -795,17 +798,25 @@ def _masks(
 
 
 def mask_placeholder(result: dict[str, Any], function: dict[str, Any]) -> str:
-    """``[output of read_file(path="src/a.py") hidden: 412 lines, 18.3 KB; seq 57]``."""
+    """``[output of read_file(path="src/a.py") hidden to save context: 412 lines, 18.3 KB;
+    seq 57 of the task's history]``, and the output's error lines, grouped as a digest groups
+    them (an error is the fact of an output an agent most needs again)."""
     text = plain_text(result.get("content"))
     name = function.get("name") or result.get("tool_name") or "a tool"
     arguments = _short_arguments(function.get("arguments") or "")
     size = len(text.encode())
     shown = f"{size / 1024:.1f} KB" if size >= 1024 else f"{size} bytes"
     lines = text.count("\n") + 1 if text else 0
-    return (
+    placeholder = (
         f"[output of {name}({arguments}) hidden to save context: {lines} lines, {shown}; "
         f"seq {result['seq']} of the task's history]"
     )
+    errors, more = grouped_errors(
+        result, limit=MAX_PLACEHOLDER_ERRORS, max_chars=MAX_PLACEHOLDER_ERROR_CHARS
+    )
+    if more:
+        errors.append(f"({more} more)")
+    return "\n".join([placeholder, *(f"error: {line}" for line in errors)])
 
 
 def _short_arguments(raw: str) -> str:

@@ -26,6 +26,11 @@ PLACEHOLDER = re.compile(
 )
 
 
+def placeholder(content: str | None) -> re.Match[str] | None:
+    """The first line of a masked result's content, parsed (None for any other content)."""
+    return PLACEHOLDER.fullmatch((content or "").split("\n")[0])
+
+
 def tool_turn(i: int, lines: int = 40) -> list[Message]:
     """An assistant running pytest on test file i, and ~850 tokens of output."""
     call = {
@@ -37,7 +42,7 @@ def tool_turn(i: int, lines: int = 40) -> list[Message]:
         },
     }
     output = "\n".join(
-        f"tests/test_{i}.py:{n} ValueError: NULL date at row {n * 7 + i}" for n in range(lines)
+        f"tests/test_{i}.py: ValueError: NULL date at row {n * 7 + i}" for n in range(lines)
     )
     return [
         {"role": "assistant", "content": None, "tool_calls": [call]},
@@ -58,41 +63,58 @@ async def payload(client: httpx.AsyncClient, uuid: str, fmt: str = "openai") -> 
     return messages
 
 
-async def test_a_small_window_masks_old_outputs_and_keeps_everything_else(
+async def test_a_small_window_masks_old_outputs_first_and_loses_no_step(
     client: httpx.AsyncClient, context_dir: Path
 ) -> None:
-    """Window 4,000, twelve ~850-token tool outputs: the older outputs become placeholders
-    naming the call and the seq; the newest three stay whole; nothing else is hidden."""
+    """Window 4,000, twelve ~650-token tool outputs: older outputs become placeholders naming
+    the call, the seq and the errors, a condense summary takes what still does not fit, and
+    the payload keeps the instruction, the newest summary, the newest three outputs whole and
+    a trace of every earlier step (the finding: truncation hid the summary, and nothing of steps
+    0-9 survived)."""
     uuid = await new_task(client, context_length=4000, max_output_tokens=500)
     await append(client, uuid, [INSTRUCTION])
     for i in range(12):
         await append(client, uuid, tool_turn(i))
     messages = await payload(client, uuid)
     assert_tool_pairing(messages)
-    assert messages[0] == SYSTEM
-    assert messages[1] == INSTRUCTION
+    assert messages[:2] == [SYSTEM, INSTRUCTION]
     results = [m for m in messages if m["role"] == "tool"]
-    calls = [m for m in messages if m["role"] == "assistant"]
-    assert len(calls) == len(results) == 12  # no message hidden: only contents replaced
-    masked = [PLACEHOLDER.fullmatch(m["content"]) for m in results[:-3]]
-    assert all(masked), [m["content"][:80] for m in results[:-3]]
-    assert [int(m.group(1)) for m in masked if m] == list(range(9))
-    assert all(m.group(2) == "40" for m in masked if m)
     assert results[-3:] == [tool_turn(i)[1] | {"tool_call_id": f"call_{i}"} for i in (9, 10, 11)]
-    # The seq in a placeholder is the result's own: its full text is there in the history.
+    text = json.dumps(messages)
+    assert all(f"tests/test_{i}.py" in text for i in range(12))
+    summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+    assert summaries[0]["kind"] == "mask"
+    assert summaries[0]["tokens_saved"] > 0
+    condensed = [s for s in summaries if s["kind"] == "condense"]
+    if condensed:
+        assert any(m["content"].startswith("[Summary of") for m in messages[2:3])
+    # A placeholder's seq is the result's own: its full text is there in the history.
+    masked = [match for m in results if (match := placeholder(m["content"]))]
     history = (await client.get(f"/tasks/{uuid}/messages", params={"limit": 100})).json()
     by_seq = {r["seq"]: r for r in history["messages"]}
-    first = masked[0]
-    assert first is not None
-    assert by_seq[int(first.group(3))]["content"] == tool_turn(0)[1]["content"]
-    summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
-    assert [s["kind"] for s in summaries][:1] == ["mask"]
-    assert summaries[0]["tokens_saved"] > 0
-    # The history is untouched and current.jsonl is what it implies.
+    for match in masked:
+        i = int(match.group(1))
+        assert match.group(2) == "40"
+        assert by_seq[int(match.group(3))]["content"] == tool_turn(i)[1]["content"]
     records = read_jsonl(task_dir(context_dir, uuid) / "messages.jsonl")
     assert sum(1 for r in records if r.get("marker") == "mask") == len(
         [s for s in summaries if s["kind"] == "mask"]
     )
+
+
+async def test_a_placeholder_keeps_the_outputs_error_lines_grouped(
+    client: httpx.AsyncClient,
+) -> None:
+    uuid = await new_task(client, context_length=64_000, max_output_tokens=1000)
+    await append(client, uuid, [INSTRUCTION])
+    for i in range(5):
+        await append(client, uuid, tool_turn(i))
+    response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "mask"})
+    assert response.json()["kind"] == "mask"
+    first = next(m for m in await payload(client, uuid) if m["role"] == "tool")
+    line, errors = first["content"].split("\n")
+    assert placeholder(line) is not None
+    assert errors.startswith("error: tests/test_0.py: ValueError: NULL date at row 0, 7, 14,")
 
 
 async def test_masking_happens_in_batches_so_the_prefix_stays_stable(
@@ -135,7 +157,7 @@ async def test_a_rewind_brings_masked_outputs_back(client: httpx.AsyncClient) ->
         seqs += await append(client, uuid, tool_turn(i))
     response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "mask"})
     assert response.json()["kind"] == "mask"
-    assert any(PLACEHOLDER.fullmatch(m["content"] or "") for m in await payload(client, uuid))
+    assert any(placeholder(m["content"]) for m in await payload(client, uuid))
     response = await client.post(
         f"/tasks/{uuid}/rewind", json={"to_seq": seqs[-1], "include_target": True}
     )
@@ -147,13 +169,18 @@ async def test_a_rewind_brings_masked_outputs_back(client: httpx.AsyncClient) ->
 async def test_every_format_counts_the_placeholders_as_it_renders_them(
     client: httpx.AsyncClient,
 ) -> None:
-    uuid = await new_task(client, context_length=4000, max_output_tokens=500)
+    uuid = await new_task(client, context_length=64_000, max_output_tokens=1000)
     await append(client, uuid, [INSTRUCTION])
-    for i in range(12):
+    for i in range(8):
         await append(client, uuid, tool_turn(i))
+    response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "mask"})
+    assert response.json()["kind"] == "mask"
     for fmt in ("anthropic", "ollama", "openai"):
-        messages = await payload(client, uuid, fmt)
-        assert "hidden to save context" in json.dumps(messages), fmt
+        response = await client.get(f"/tasks/{uuid}/request", params={"format": fmt})
+        assert response.status_code == 200, response.text
+        assert response.text.count("hidden to save context") == 5, fmt
+        counted = (await client.get(f"/tasks/{uuid}/context", params={"format": fmt})).json()
+        assert int(response.headers["X-Context-Tokens"]) == counted["tokens"], fmt
 
 
 async def test_a_task_chooses_its_tiers_and_the_context_shows_them(
@@ -174,7 +201,7 @@ async def test_a_task_chooses_its_tiers_and_the_context_shows_them(
     for i in range(12):
         await append(client, uuid, tool_turn(i))
     messages = await payload(client, uuid)
-    assert not any(PLACEHOLDER.fullmatch(m["content"] or "") for m in messages)
+    assert not any(placeholder(m["content"]) for m in messages)
     kinds = {s["kind"] for s in (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]}
     assert "mask" not in kinds
     default = (await client.get(f"/tasks/{await new_task(client)}/context")).json()
