@@ -16,10 +16,22 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 MiB = 1024 * 1024
 
 ChatBackendKind = Literal["openai", "ollama", "anthropic"]
+# Compaction tiers, cheapest first in the default order: mask old tool results, condense the
+# middle into a summary, truncate the oldest half, elide the middle of the largest message.
+CompactionTier = Literal["mask", "condense", "truncate", "elide"]
 # Names a request may not give to a named backend: "default" is LLM_BACKEND's, "extractive" is
 # the embedded summarizer that needs no backend at all.
 RESERVED_BACKEND_NAMES = frozenset({"default", "extractive"})
 _BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_tiers(tiers: tuple[str, ...]) -> tuple[str, ...]:
+    """Each tier once, and elide among them: the last resort is what makes every context fit."""
+    if len(set(tiers)) != len(tiers):
+        raise ValueError(f"each compaction tier may appear once: {list(tiers)}")
+    if "elide" not in tiers:
+        raise ValueError("the compaction tiers must include elide, the one that always fits")
+    return tiers
 
 
 class LLMBackendConfig(BaseModel):
@@ -130,6 +142,23 @@ class Settings(BaseSettings):
     token_threshold: int | None = Field(
         None, ge=1, description="An absolute threshold in tokens instead of the share (seed 000)."
     )
+    compaction_tiers: Annotated[tuple[CompactionTier, ...], NoDecode] = Field(
+        ("mask", "condense", "truncate", "elide"),
+        description="The compaction tiers, tried in this order (a task may choose its own).",
+    )
+    keep_tool_results: int = Field(
+        3, ge=0, description="Newest tool results per context that masking leaves as they are."
+    )
+    mask_min_tokens: int = Field(
+        1000, ge=1, description="Masking runs only when it frees at least this many tokens."
+    )
+    min_gain_share: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="A mask, condense or truncation that would free less than this share of the "
+        "context is skipped for the next tier (no compaction loops).",
+    )
     keep_recent: int = Field(5, ge=1, description="Messages a condense always keeps at the end.")
     min_to_compress: int = Field(5, ge=1, description="Fewer messages than this: no condense.")
     condense_prompt: str = Field(
@@ -140,6 +169,13 @@ class Settings(BaseSettings):
         "", description="Named LLM backend for condensing; empty: the default backend."
     )
     summary_max_tokens: int = Field(2000, ge=64, description="Longest summary asked for.")
+    summary_max_share: float = Field(
+        0.25,
+        gt=0,
+        le=0.9,
+        description="Share of the context's budget a condense summary may cost, whatever the "
+        "summariser: the digest is sized to it, a chat backend asked for at most it (and cut).",
+    )
     request_condense_timeout_s: float = Field(
         20.0, gt=0, description="How long GET /request waits for a condense before truncating."
     )
@@ -246,6 +282,16 @@ class Settings(BaseSettings):
         if value.startswith("{"):
             return json.loads(value, object_pairs_hook=_unique_names)
         return {f"agent-{i}": {"key": k} for i, k in enumerate(_comma_list(value), 1)}
+
+    @field_validator("compaction_tiers", mode="before")
+    @classmethod
+    def _tier_list(cls, value: Any) -> Any:
+        return _comma_list(value) if isinstance(value, str) else value
+
+    @field_validator("compaction_tiers")
+    @classmethod
+    def _tiers_fit(cls, tiers: tuple[str, ...]) -> tuple[str, ...]:
+        return check_tiers(tiers)
 
     @field_validator("admin_api_keys", mode="before")
     @classmethod

@@ -105,7 +105,7 @@ def build_services(
     )
 
     async def condense_job(job: Job) -> dict[str, object]:
-        outcome = await compaction.condense(job.task_uuid, thread_id=job.thread_id)
+        outcome = await compaction.relieve(job.task_uuid, thread_id=job.thread_id)
         return outcome.as_dict() | {"skipped": outcome.kind == "skipped"}
 
     store.after_commit = tasks.schedule_condense

@@ -1,15 +1,24 @@
 """The extractive digest: a deterministic, honest summary of messages that needs no LLM (SPEC §7).
 
 The records are read once, in order, and only bounded state is kept (every list is capped), so a
-digest of a huge context costs little memory. The result is plain text of at most ``max_chars``:
+digest of a huge context costs little memory. The result is plain text of at most ``max_chars``
+(or, by ``digest_within``, of at most a number of tokens):
 
     First user message  given apart (the task, which the context keeps): its start, for reference
+    Earlier summaries   what an earlier condense summary said beyond the lists below
     User requests       verbatim; long ones cut in the middle with a marker
     Assistant notes     the first sentence(s) of assistant texts
     Tool calls          name, salient argument, outcome (ok/error and the first meaningful line)
-    Errors              error-like lines from tool results and messages
+    Errors              error-like lines from tool results and messages, each once; lines that
+                        differ only in one number or id as one line listing the values
+                        ("ValueError: NULL date at row 5, 28, 51 (3 more)")
     Files               paths from tool arguments and texts, deduplicated, in first-seen order
     Latest state        the last assistant text and the last tool call with its outcome
+
+An earlier summary met in the records (a condense summary condensed again) is folded in: when
+it is a digest, its paths, errors, user requests and notes join these lists, and the rest of it
+is an earlier summary, cut in the middle to fit rather than left out. So a digest of digests
+carries the earlier facts forward within the same bound.
 
 Nothing is invented: every excerpt is copied from the input (runs of whitespace collapsed to one
 space) and every cut is marked ("…", "[… N chars cut …]", "(+N more)"); a call repeated with the
@@ -18,7 +27,8 @@ once as ``$ROOT`` and written ``$ROOT/...`` everywhere. Paths seen only in tool 
 apart, after Files. When the text does not fit, files, errors and user requests are kept first.
 
 The extraction rules (``find_paths``, ``find_error_lines``, ``record_paths``, ``record_errors``) are
-public so that callers and tests can measure what a digest kept.
+public so that callers and tests can measure what a digest kept (``shows_error_line`` tells
+whether a listed error line shows a given one).
 """
 
 import json
@@ -32,6 +42,8 @@ from typing import Any
 from app.context.effective import marker_kind
 
 DEFAULT_MAX_CHARS = 6000
+CHARS_PER_TOKEN = 4  # where a digest sized in tokens starts
+MAX_RESIZES = 4
 ELLIPSIS = "…"
 ROOT_TOKEN = "$ROOT"
 
@@ -56,8 +68,14 @@ USER_MAX, USER_HEAD, USER_TAIL = 700, 450, 200
 # The first user message, which the context keeps: its start, for reference (a digest of a
 # short span must stay smaller than the span).
 KEPT_MAX = 200
-# An earlier condense's summary, met again when the context is condensed once more.
-EARLIER_MAX, EARLIER_HEAD, EARLIER_TAIL = 4000, 2800, 1000
+# An earlier condense's summary, met again when the context is condensed once more: kept up
+# to a bound on memory here, cut to what the section can spend when rendered.
+EARLIER_MAX, EARLIER_HEAD, EARLIER_TAIL = 120_000, 80_000, 40_000
+EARLIER_MIN = 80  # an earlier summary cut shorter than this says nothing: it is left out
+# Error lines that differ only in numbers or ids: one line listing the values, up to this long
+# (the values that do not fit are counted: "(3 more)"); at most this many values are kept.
+GROUP_MAX = 400
+MAX_GROUP_VALUES = 100
 NOTE_MAX = 200
 ERROR_MAX = 200
 SALIENT_MAX = 100
@@ -133,6 +151,16 @@ def cut_middle(text: str, limit: int, head: int, tail: int) -> str:
         return text
     omitted = len(text) - head - tail
     return f"{text[:head]} [{ELLIPSIS} {omitted} chars cut {ELLIPSIS}] {text[-tail:]}"
+
+
+def cut_middle_within(text: str, limit: int) -> str:
+    """``cut_middle`` to at most ``limit`` characters, marker included: two thirds kept from
+    the start, one from the end."""
+    marker = len(f" [{ELLIPSIS} {len(text)} chars cut {ELLIPSIS}] ")  # at least the real one
+    if limit - marker < 3:
+        return cut_end(text, limit)
+    tail = (limit - marker) // 3
+    return cut_middle(text, limit, limit - marker - tail, tail)
 
 
 def _bare_name(name: str) -> str | None:
@@ -409,6 +437,181 @@ class PathIndex:
         return sum(self.dropped_counts[tier] for tier in tiers)
 
 
+# Numbers and ids: hexadecimal (with a digit), UUIDs, decimals ("12", "3.5", "1.2.3").
+_VALUE_RE = re.compile(
+    r"\b(?:0x[0-9a-fA-F]+|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+    r"|(?=[a-f]*\d)[0-9a-f]{7,40}|\d+(?:\.\d+)*)\b"
+)
+_MORE_VALUES_RE = re.compile(r" \((\d+) more\)")
+
+
+def error_shape(line: str) -> tuple[list[str], list[str]]:
+    """A line's constant pieces and the numbers/ids between them (one more piece than values)."""
+    pieces, values, start = [], [], 0
+    for match in _VALUE_RE.finditer(line):
+        pieces.append(line[start : match.start()])
+        values.append(match.group())
+        start = match.end()
+    pieces.append(line[start:])
+    return pieces, values
+
+
+@dataclass
+class ErrorGroup:
+    """Error lines that differ only in the value at one place (``slot``): "row 5", "row 28"."""
+
+    pieces: list[str]
+    values: list[str]  # the first line's
+    order: int  # when it was first seen...
+    latest: int  # ...and last seen
+    slot: int | None = None  # None while it holds one line
+    others: list[str] = field(default_factory=list)  # the other lines' values at the slot
+    more: int = 0  # lines whose values no longer fit ``others``
+
+    def differs_at(self, values: list[str]) -> int | None:
+        """The one slot where a line of the same pieces differs, if it joins this group."""
+        differing = [i for i, (a, b) in enumerate(zip(self.values, values, strict=True)) if a != b]
+        if len(differing) != 1 or self.slot not in (None, differing[0]):
+            return None
+        return differing[0]
+
+    def add(self, slot: int, value: str, seen: int) -> None:
+        self.slot, self.latest = slot, seen
+        if value in self.others:
+            return
+        if len(self.others) < MAX_GROUP_VALUES:
+            self.others.append(value)
+        else:
+            self.more += 1
+
+    @classmethod
+    def parse(cls, item: str, seen: int) -> "ErrorGroup":
+        """The group an item of a digest's Errors shows (a line that lists no values: itself).
+
+        Its list is the one run of values joined by ", ", with its " (N more)" if any. A line
+        that had such a run of its own is read as a group that renders as the line again."""
+        pieces, values = error_shape(item)
+        joined = [k for k in range(1, len(values)) if pieces[k] == ", "]
+        firsts = [k for k in joined if k - 1 not in joined]
+        if len(firsts) != 1:
+            return cls(pieces, values, order=seen, latest=seen)
+        slot = last = firsts[0] - 1
+        while last + 1 in joined:
+            last += 1
+        more, after = 0, last + 1  # the piece after the list, then what follows it
+        if after < len(values) and pieces[after] == " (" and pieces[after + 1][:6] == " more)":
+            more, after = int(values[after]), after + 1
+        tail = pieces[after].removeprefix(" more)") if more else pieces[after]
+        return cls(
+            [*pieces[: slot + 1], tail, *pieces[after + 1 :]],
+            [*values[: slot + 1], *values[after:]],
+            order=seen,
+            latest=seen,
+            slot=slot,
+            others=values[slot + 1 : last + 1],
+            more=more,
+        )
+
+    def render(self, max_chars: int = GROUP_MAX) -> str:
+        values = list(self.values)
+        if self.slot is not None:
+            listed, more = [values[self.slot]], self.more
+            fixed = sum(map(len, self.pieces)) + sum(map(len, values)) - len(values[self.slot])
+            for index, value in enumerate(self.others):
+                if fixed + sum(len(v) + 2 for v in listed) + len(value) > max_chars:
+                    more += len(self.others) - index
+                    break
+                listed.append(value)
+            values[self.slot] = ", ".join(listed) + (f" ({more} more)" if more else "")
+        parts = [self.pieces[0]]
+        for value, piece in zip(values, self.pieces[1:], strict=True):
+            parts += [value, piece]
+        return "".join(parts)
+
+
+@dataclass
+class ErrorGroups:
+    """Distinct error lines, those differing only in one number or id grouped, at most ``cap``
+    groups: when full, the least recently seen group after the first ``head`` ones goes."""
+
+    head: int = MAX_ERRORS_HEAD
+    cap: int = MAX_ERRORS_HEAD + MAX_ERRORS_TAIL
+    groups: dict[str, list[ErrorGroup]] = field(default_factory=dict)  # by their pieces
+    count: int = 0
+    seen: int = 0
+    dropped: int = 0
+
+    def add(self, line: str) -> None:
+        self.seen += 1
+        self._add(*error_shape(line))
+
+    def add_item(self, item: str) -> None:
+        """An earlier digest's error item: its lines join the groups as lines would."""
+        self.seen += 1
+        parsed = ErrorGroup.parse(item, self.seen)
+        group = self._add(parsed.pieces, parsed.values)
+        if parsed.slot is None:
+            return
+        for value in parsed.others:
+            values = list(parsed.values)
+            values[parsed.slot] = value
+            self._add(parsed.pieces, values)
+        group.more += parsed.more
+
+    def _add(self, pieces: list[str], values: list[str]) -> ErrorGroup:
+        """Add a line; the group it is in."""
+        same = self.groups.setdefault("\0".join(pieces), [])
+        for group in same:
+            slot = group.differs_at(values)
+            if slot is not None:
+                group.add(slot, values[slot], self.seen)
+                return group
+            if group.values == values:  # met again after its set of seen lines was full
+                group.latest = self.seen
+                return group
+        if self.count >= self.cap:
+            self._evict()
+        group = ErrorGroup(pieces, values, order=self.seen, latest=self.seen)
+        same.append(group)
+        self.count += 1
+        return group
+
+    def _evict(self) -> None:
+        first = sorted(self.in_order(), key=lambda group: group.order)[: self.head]
+        kept = {id(group) for group in first}
+        victim = min(
+            (g for g in self.in_order() if id(g) not in kept), key=lambda group: group.latest
+        )
+        shape = "\0".join(victim.pieces)
+        self.groups[shape].remove(victim)
+        if not self.groups[shape]:
+            del self.groups[shape]
+        self.count -= 1
+        self.dropped += 1
+
+    def in_order(self) -> list[ErrorGroup]:
+        """The groups in the order their first lines were seen."""
+        groups = [group for same in self.groups.values() for group in same]
+        return sorted(groups, key=lambda group: group.order)
+
+
+def shows_error_line(item: str, line: str) -> bool:
+    """Whether a digest's error item shows this error line: the line itself, or the line of a
+    group that lists the line's value among others ("row 5, 28, 51 (3 more)")."""
+    if item == line:
+        return True
+    pieces, values = error_shape(line)
+    for slot in range(len(values)):
+        pattern = "".join(
+            re.escape(piece) + ("(.+)" if index == slot else re.escape(values[index]))
+            for index, piece in enumerate(pieces[:-1])
+        )
+        match = re.fullmatch(pattern + re.escape(pieces[-1]), item)
+        if match and values[slot] in _MORE_VALUES_RE.sub("", match.group(1)).split(", "):
+            return True
+    return False
+
+
 # --- the digest state ----------------------------------------------------------------------
 
 
@@ -507,7 +710,7 @@ class DigestState:
     users: HeadTail = field(default_factory=lambda: HeadTail(MAX_USERS_HEAD, MAX_USERS_TAIL))
     notes: HeadTail = field(default_factory=lambda: HeadTail(MAX_NOTES_HEAD, MAX_NOTES_TAIL))
     calls: HeadTail = field(default_factory=lambda: HeadTail(MAX_CALLS_HEAD, MAX_CALLS_TAIL))
-    errors: HeadTail = field(default_factory=lambda: HeadTail(MAX_ERRORS_HEAD, MAX_ERRORS_TAIL))
+    errors: ErrorGroups = field(default_factory=ErrorGroups)
     seen_errors: BoundedSet = field(default_factory=lambda: BoundedSet(MAX_SEEN_ERRORS))
     paths: PathIndex = field(default_factory=PathIndex)
     pending: dict[str, ToolCall] = field(default_factory=dict)
@@ -524,10 +727,7 @@ class DigestState:
         if not record.get("role") or marker == "truncation":
             return  # a rewind or truncation marker: nothing said in it
         if marker == "condense":  # an earlier summary: kept as such, not as a user request
-            text = content_text(record.get("content"))
-            for path, tier in record_paths(record):
-                self.paths.add(path, tier)
-            self.earlier.add(cut_middle(normalize(text), EARLIER_MAX, EARLIER_HEAD, EARLIER_TAIL))
+            self._add_earlier(record)
             return
         role = str(record["role"])
         self.counts[role] = self.counts.get(role, 0) + 1
@@ -537,8 +737,7 @@ class DigestState:
         for path, tier in record_paths(record):
             self.paths.add(path, tier)
         for error in record_errors(record):
-            if self.seen_errors.add(error):
-                self.errors.add(error)
+            self._add_error(error)
         text = content_text(record.get("content"))
         if role == "user":
             self._add_user(record, text)
@@ -546,6 +745,63 @@ class DigestState:
             self._add_assistant(record, text)
         elif role == "tool":
             self._add_tool_result(record, text)
+
+    def _add_error(self, line: str) -> None:
+        if self.seen_errors.add(line):
+            self.errors.add(line)
+
+    def _add_earlier(self, record: dict[str, Any]) -> None:
+        """An earlier summary. A digest's paths, errors, requests and notes join this one's
+        lists (each listed once); the rest of it, or a chat backend's whole summary, is kept as
+        an earlier summary."""
+        text = content_text(record.get("content"))
+        sections = digest_sections(text)
+        if sections is None:
+            for path, tier in record_paths(record):
+                self.paths.add(path, tier)
+            self._add_earlier_text(text)
+            return
+        rest = sections.pop(DIGEST_TITLE)
+        for item in sections.pop(EARLIER, []):
+            self._add_earlier_text(item)
+        sections.pop(KEPT_TITLE, None)  # the context still shows the message itself
+        for title, items in sections.items():
+            folded = [item for item in items if self._fold(title, item)]
+            if items and not folded:
+                rest.append(f"{title}: " + "; ".join(items))
+        self._add_earlier_text(" ".join(rest))
+
+    def _add_earlier_text(self, text: str) -> None:
+        self.earlier.add(cut_middle(normalize(text), EARLIER_MAX, EARLIER_HEAD, EARLIER_TAIL))
+
+    def _fold(self, title: str, item: str) -> bool:
+        """Add an earlier digest's item to this digest's list of that title (its "(+N more)"
+        to what the list leaves out); False if this digest keeps no such list."""
+        more = _MORE_ITEMS_RE.fullmatch(item)
+        left_out = int(more.group(1)) if more else 0
+        if title in ("Files", OUTPUT_PATHS):
+            # A path in Files was acted on or mentioned: it ranks as acted on, kept first.
+            tier = TIER_ACTED if title == "Files" else TIER_OUTPUT
+            if more:
+                self.paths.dropped_counts[tier] += left_out
+            else:
+                self.paths.add(item, tier)
+        elif title == "Errors":
+            if more:
+                self.errors.dropped += left_out
+            else:
+                self.errors.add_item(item)
+        elif title in ("User requests", "Assistant notes", "Tool calls"):
+            collected = {"User requests": self.users, "Assistant notes": self.notes}.get(
+                title, self.calls
+            )
+            if more:
+                collected.dropped += left_out
+            else:
+                collected.add(item)
+        else:
+            return False
+        return True
 
     def _add_user(self, record: dict[str, Any], text: str) -> None:
         quoted = cut_middle(normalize(text), USER_MAX, USER_HEAD, USER_TAIL)
@@ -574,6 +830,37 @@ class DigestState:
             self.calls.add(call)
         call.outcome = tool_outcome(text)
         self.last_call = call
+
+
+DIGEST_TITLE = "Extractive digest of "
+_MORE_ITEMS_RE = re.compile(r"\(\+(\d+) more\)")
+
+
+def digest_sections(text: str) -> dict[str, list[str]] | None:
+    """A digest's items by section title, ``$ROOT`` written out, its header line as the one item
+    of ``DIGEST_TITLE``; None if the text is no digest. The text may start with a one-line
+    heading (a condense summary's "[Summary of the earlier conversation ...]")."""
+    lines = text.strip().split("\n")
+    if not lines[0].startswith(DIGEST_TITLE):
+        lines = lines[1:]
+    if not lines or not lines[0].startswith(DIGEST_TITLE):
+        return None
+    sections: dict[str, list[str]] = {DIGEST_TITLE: [lines[0]]}
+    root = None
+    current: list[str] | None = None
+    for line in lines[1:]:
+        if line.startswith(f"{ROOT_TOKEN} = ") and not root and len(sections) == 1:
+            root = line.removeprefix(f"{ROOT_TOKEN} = ")
+        elif line.startswith("- ") and current is not None:
+            current.append(line[2:])
+        elif line.endswith(":") and not line.startswith("- "):
+            current = sections.setdefault(line[:-1], [])
+        else:
+            current = None
+    if root:
+        for items in sections.values():
+            items[:] = [item.replace(ROOT_TOKEN, root) for item in items]
+    return sections
 
 
 # --- rendering under a budget --------------------------------------------------------------
@@ -627,6 +914,73 @@ class Section:
         if not marked:
             lines.append(_more_line(omitted))
         return lines
+
+
+@dataclass
+class EarlierSection(Section):
+    """Earlier summaries: cut in the middle to fit rather than left out (the latest gets the
+    most room), since each stands for much of the conversation."""
+
+    @classmethod
+    def of(cls, section: Section) -> "EarlierSection":
+        return cls(section.title, section.items, section.ranks, section.dropped, section.dropped_at)
+
+    def fit(self, budget: int) -> list[str]:
+        room = budget - len(self.title) - 2
+        if not self.items or room < 0:
+            return super().fit(budget)
+        if not self.dropped and sum(len(item) + 3 for item in self.items) <= room:
+            return super().fit(budget)
+        room -= len(_more_line(len(self.items) + self.dropped)) + 1
+        items = list(self.items)
+        chosen: set[int] = set()
+        for index in reversed(range(len(items))):  # the latest first, each up to an equal share
+            share = room // (index + 1) - 3
+            if share >= EARLIER_MIN:
+                items[index] = cut_middle_within(items[index], share)
+                chosen.add(index)
+                room -= len(items[index]) + 3
+        return Section(self.title, items, self.ranks, self.dropped, self.dropped_at)._lines(chosen)
+
+
+@dataclass
+class ErrorsSection(Section):
+    """Error lines; when they do not all fit, groups list fewer values ("(N more)") if that
+    shows more of the lines."""
+
+    compact: list[str] = field(default_factory=list)
+
+    def fit(self, budget: int) -> list[str]:
+        full = super().fit(budget)
+        if len(full) - 1 == len(self.items):  # all shown, no "(+N more)"
+            return full
+        compact = Section(self.title, self.compact, self.ranks, self.dropped, self.dropped_at)
+        shorter = compact.fit(budget)
+        return shorter if _shown(shorter) > _shown(full) else full
+
+
+def _shown(lines: list[str]) -> int:
+    return sum(1 for line in lines[1:] if not _MORE_ITEMS_RE.fullmatch(line[2:]))
+
+
+def _errors_section(errors: ErrorGroups, shown: Callable[[str], str]) -> Section:
+    """Error lines (groups of lines differing in one number or id as one line), first seen
+    first; when cut, the latest seen are kept first, alternating with the first ones."""
+    groups = errors.in_order()
+    by_recency = sorted(range(len(groups)), key=lambda index: -groups[index].latest)
+    ranks = [0] * len(groups)
+    for rank, index in enumerate(by_recency):
+        ranks[index] = 2 * rank
+    for index in range(min(errors.head, len(groups))):
+        ranks[index] = min(ranks[index], 2 * index + 1)
+    return ErrorsSection(
+        "Errors",
+        [shown(group.render()) for group in groups],
+        ranks,
+        dropped=errors.dropped,
+        dropped_at=errors.head,
+        compact=[shown(group.render(ERROR_MAX)) for group in groups],
+    )
 
 
 def _more_line(count: int) -> str:
@@ -728,18 +1082,18 @@ def _sections(state: DigestState, root: str | None) -> dict[str, Section]:
     def short(item: str) -> str:
         return _abbreviate(item, root)
 
-    def short_call(call: ToolCall) -> str:
-        return short(call.render())
+    def short_call(call: ToolCall | str) -> str:  # a string: an earlier digest's, as shown
+        return short(call if isinstance(call, str) else call.render())
 
     latest = [short(item) for item in _latest_items(state)]
     kept = [short(state.kept)] if state.kept else []
     return {
         KEPT_TITLE: Section(KEPT_TITLE, kept, list(range(len(kept)))),
-        EARLIER: _stream_section(EARLIER, state.earlier, short),
+        EARLIER: EarlierSection.of(_stream_section(EARLIER, state.earlier, short)),
         "User requests": _stream_section("User requests", state.users, short),
         "Assistant notes": _stream_section("Assistant notes", state.notes, short),
         "Tool calls": _stream_section("Tool calls", state.calls, short_call),
-        "Errors": _stream_section("Errors", state.errors, short),
+        "Errors": _errors_section(state.errors, short),
         "Files": _paths_section("Files", state.paths, range(TIER_OUTPUT), root),
         "Latest state": Section("Latest state", latest, list(range(len(latest)))),
         OUTPUT_PATHS: _paths_section(
@@ -798,10 +1152,11 @@ def _pick_root(state: DigestState) -> str | None:
     paths = state.paths.paths
     root = common_root(path for path, (tier, _) in paths.items() if tier < TIER_OUTPUT)
     root = root or common_root(paths)
-    texts = [*state.users.items(), *state.notes.items(), *state.errors.items(), state.last_text]
+    errors = [group.render() for group in state.errors.in_order()]
+    texts = [*state.users.items(), *state.notes.items(), *errors, state.last_text]
     texts.append(state.kept)
     texts += list(state.paths.paths)
-    texts += [call.render() for call in state.calls.items()]
+    texts += [call if isinstance(call, str) else call.render() for call in state.calls.items()]
     return None if root is None or any(ROOT_TOKEN in text for text in texts) else root
 
 
@@ -825,6 +1180,18 @@ def render(state: DigestState, max_chars: int) -> str:
     return "\n\n".join(blocks)
 
 
+def digest_state(
+    records: Iterable[dict[str, Any]], kept: dict[str, Any] | None = None
+) -> DigestState:
+    """What a digest keeps of message records (consumed once) and of the kept message."""
+    state = DigestState()
+    if kept is not None:
+        state.keep(kept)
+    for record in records:
+        state.add(record)
+    return state
+
+
 def extractive_digest(
     records: Iterable[dict[str, Any]],
     *,
@@ -836,9 +1203,29 @@ def extractive_digest(
     ``records`` are ``messages.jsonl`` records (or plain OpenAI messages), consumed once.
     ``kept``, the first user message that the context keeps, is quoted apart, for reference.
     """
-    state = DigestState()
-    if kept is not None:
-        state.keep(kept)
-    for record in records:
-        state.add(record)
-    return render(state, max_chars)
+    return render(digest_state(records, kept), max_chars)
+
+
+def digest_within(
+    records: Iterable[dict[str, Any]],
+    *,
+    max_tokens: int,
+    count: Callable[[str], int],
+    kept: dict[str, Any] | None = None,
+) -> str:
+    """A digest of at most ``max_tokens`` as ``count`` counts them, as long as it may be.
+
+    Rendered at four characters a token, then smaller in proportion to what it counted until it
+    fits (text of fewer characters a token, Japanese say, gets fewer characters); the caller
+    cuts what still does not fit after ``MAX_RESIZES`` tries.
+    """
+    state = digest_state(records, kept)
+    max_chars = CHARS_PER_TOKEN * max_tokens
+    text = render(state, max_chars)
+    for _ in range(MAX_RESIZES):
+        tokens = count(text)
+        if tokens <= max_tokens:
+            break
+        max_chars = min(max_chars - 1, max_chars * max_tokens // tokens)
+        text = render(state, max_chars)
+    return text

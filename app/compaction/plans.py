@@ -8,7 +8,7 @@ starts on a tool result, and never ends just before one.
 from dataclasses import dataclass
 from typing import Any
 
-from app.context.effective import COMPACTION_KINDS, marker_kind, position
+from app.context.effective import COMPACTION_KINDS, MASKED_BY, marker_kind, position
 from app.context.records import record_tokens
 
 # A compaction marker's field: how many messages it hides (markers written before it was
@@ -27,6 +27,7 @@ class Entry:
     marker: str | None
     last: int | None = None  # a compaction marker: the last position it stands for (hides[1])
     messages: int = 1  # the messages it stands for: a compaction marker's, those it hides
+    masked: bool = False  # a tool result shown as a placeholder
 
     @classmethod
     def of(cls, record: dict[str, Any], fmt: str = "openai") -> "Entry":
@@ -40,6 +41,7 @@ class Entry:
             marker=kind,
             last=record["hides"][1] if kind in COMPACTION_KINDS else None,
             messages=record.get(HIDDEN_MESSAGES, 1) if kind in COMPACTION_KINDS else 1,
+            masked=MASKED_BY in record,
         )
 
 
@@ -76,10 +78,26 @@ def head_length(entries: list[Entry]) -> int:
     return min(index + 1, len(entries))
 
 
+def kept_length(entries: list[Entry]) -> int:
+    """What truncation never hides: the head, and everything up to the newest condense summary
+    (the memory of all that came before it; a condense puts it right after the head)."""
+    head = head_length(entries)
+    summaries = [i for i, e in enumerate(entries) if e.marker == "condense" and i >= head]
+    return max(head, summaries[-1] + 1) if summaries else head
+
+
 def kept_instruction(entries: list[Entry], span: Span) -> Entry | None:
     """The first user message before the span: the task statement, which the context keeps
     (the summariser gets it for reference)."""
     return next((e for e in entries[: span.start] if e.role == "user"), None)
+
+
+def plan_mask(entries: list[Entry], *, keep_tool_results: int) -> list[int]:
+    """Indexes of the tool results to mask: every one not masked yet but the newest
+    ``keep_tool_results`` (results still open to the model's next step stay whole)."""
+    results = [i for i, e in enumerate(entries) if e.role == "tool" and not e.marker]
+    older = results[: max(0, len(results) - keep_tool_results)]
+    return [i for i in older if not entries[i].masked]
 
 
 def _pair_safe(entries: list[Entry], start: int, end: int) -> Span:
@@ -102,8 +120,9 @@ def plan_condense(entries: list[Entry], *, keep_recent: int, min_to_compress: in
 
 
 def plan_truncate(entries: list[Entry]) -> Span | Skip:
-    """Seed 002's truncateConversation: hide half of the entries after the head, an even count."""
-    head = head_length(entries)
+    """Seed 002's truncateConversation: hide half of the entries after the head, an even count;
+    the newest summary stays (the head here ends after it)."""
+    head = kept_length(entries)
     count = (len(entries) - head) // 2
     count -= count % 2
     if count == 0:
@@ -125,11 +144,14 @@ def _with_results(entries: list[Entry], start: int, end: int) -> Span:
 
 
 def by_size(entries: list[Entry], *, minimum: int = 0, excess: int = 0) -> list[int]:
-    """Indexes of the entries over ``minimum`` tokens, largest first: the candidates for an
-    elision. System messages only when all the others together could not lose ``excess``
-    tokens: a system prompt larger than the whole budget is cut rather than the task refused."""
+    """Indexes of the entries over ``minimum`` tokens, the candidates for an elision: those
+    after what truncation keeps come first, largest first; then the newest summary, then the
+    task instruction (cut only when nothing else can give way). System messages only when all
+    the others together could not lose ``excess`` tokens: then, largest first among all, so a
+    system prompt larger than the whole budget is cut rather than the task refused."""
     candidates = [i for i, e in enumerate(entries) if e.tokens > minimum]
     others = [i for i in candidates if entries[i].role != "system"]
-    if sum(entries[i].tokens for i in others) > excess:
-        candidates = others
-    return sorted(candidates, key=lambda i: -entries[i].tokens)
+    if sum(entries[i].tokens for i in others) <= excess:
+        return sorted(candidates, key=lambda i: -entries[i].tokens)
+    kept = kept_length(entries)
+    return sorted(others, key=lambda i: (i < kept, -i if i < kept else -entries[i].tokens))

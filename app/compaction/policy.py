@@ -4,6 +4,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -12,6 +13,22 @@ MAX_DEFAULT_RESERVED = 8192
 MIN_THRESHOLD = 0.05
 MAX_THRESHOLD = 1.0
 INHERIT = -1
+
+
+@dataclass(frozen=True)
+class CompactionOptions:
+    """The tiers a context's compaction tries, in order, and the tool results masking keeps."""
+
+    tiers: tuple[str, ...]
+    keep_tool_results: int
+
+    def merged(self, chosen: dict[str, Any] | None) -> "CompactionOptions":
+        """These options with a task's own choices (POST /tasks ``compaction``) over them."""
+        chosen = chosen or {}
+        return CompactionOptions(
+            tiers=tuple(chosen.get("tiers") or self.tiers),
+            keep_tool_results=chosen.get("keep_tool_results", self.keep_tool_results),
+        )
 
 
 @dataclass(frozen=True)

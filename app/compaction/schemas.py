@@ -7,14 +7,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class CompressBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    strategy: Literal["auto", "condense", "truncate"] = "auto"
+    strategy: Literal["auto", "mask", "condense", "truncate"] = Field(
+        "auto", description="auto: condense. mask: hide older tool results behind placeholders."
+    )
     backend: str | None = Field(
         None, description="A configured LLM backend by name (or 'extractive'); never a URL."
     )
 
 
 class CompactionResult(BaseModel):
-    kind: Literal["condense", "truncation", "elision", "skipped"]
+    kind: Literal["mask", "condense", "truncation", "elision", "skipped"]
     reason: str | None = Field(description="Why nothing was done, when skipped.")
     summary_id: int | None
     hidden_messages: int

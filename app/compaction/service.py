@@ -18,9 +18,10 @@ import orjson
 
 from app.compaction import plans
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
-from app.compaction.summarizer import Summarizer
+from app.compaction.policy import Budget
+from app.compaction.summarizer import Summarizer, SummaryLimit
 from app.config import Settings
-from app.context.effective import is_marker, position
+from app.context.effective import MASK, is_marker, position
 from app.context.files import (
     ContextFiles,
     commit_marker,
@@ -42,12 +43,27 @@ from app.tokens.counters import TextCounter
 
 log = logging.getLogger(__name__)
 
-Strategy = Literal["auto", "condense", "truncate"]
+Strategy = Literal["auto", "mask", "condense", "truncate"]
 TRUNCATION_TEXT = "[Sliding window truncation: {count} messages hidden to reduce context]"
 SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
 ELISION_TEXT = "\n[... {cut} characters elided to fit the context window ...]\n"
 MAX_FIT_ROUNDS = 12
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
+MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
+
+
+# Tiers that run once per fit (each does all it can at once) and those that never hide a
+# message (the background compaction's).
+ONCE_PER_FIT = frozenset({MASK, "condense"})
+BACKGROUND_TIERS = frozenset({MASK, "condense"})
+
+
+@dataclass(frozen=True)
+class Measure:
+    tokens: int
+    budget: Budget
+    fmt: str
+    tiers: tuple[str, ...]
 
 
 class CompactionFailed(AppError):
@@ -116,6 +132,11 @@ class CompactionService:
         entries = await asyncio.to_thread(_entries, files, head.messages_bytes, fmt)
         return head, entries, files
 
+    def _too_little(self, gain: int, context_tokens: int) -> bool:
+        """Whether a compaction would free too little to be worth its marker (and the prompt
+        cache it breaks): it moves on to the next tier instead."""
+        return gain < self.settings.min_gain_share * context_tokens
+
     def _cost(self, task: Task, marker: dict[str, Any]) -> tuple[int, FormatTokens]:
         return self.store.counting.costs(task.token_counter).message(openai_message(marker))
 
@@ -128,9 +149,11 @@ class CompactionService:
         backend: str | None = None,
         thread_id: int = 0,
     ) -> Outcome:
-        """One compaction step: condense (auto, condense) or truncate."""
+        """One compaction step: mask, condense (auto, condense) or truncate."""
         if strategy == "truncate":
             return await self.truncate(task_uuid, thread_id=thread_id)
+        if strategy == MASK:
+            return await self.mask(task_uuid, thread_id=thread_id)
         return await self.condense(task_uuid, backend, thread_id=thread_id)
 
     @timed_compaction
@@ -166,12 +189,14 @@ class CompactionService:
                     kept = await asyncio.to_thread(
                         _read_entry, files, instruction, head.messages_bytes
                     )
+                limit = self._summary_limit(locked, fmt, plan.messages(entries))
                 handle = await asyncio.to_thread(open, files.messages, "rb")
             try:
                 summary = await self.summarizer.summarize(
                     span_records(handle, head.messages_bytes, span[0], span[-1]),
                     backend,
                     kept=kept,
+                    limit=limit,
                 )
             except LLMError as exc:
                 raise CompactionFailed(str(exc), details={"backend": exc.backend}) from exc
@@ -182,6 +207,16 @@ class CompactionService:
             return await self._commit_condense(
                 (task_uuid, thread_id), fmt, span, summary, self.summarizer.describe(backend)
             )
+
+    def _summary_limit(self, locked: LockedTask, fmt: str, messages: int) -> SummaryLimit:
+        """What the summary may cost: ``summary_max_share`` of the budget, less its heading
+        (the summary's own share of the message is counted with the task's counter)."""
+        allowed = self.tasks.context_budget(locked).allowed
+        heading = SUMMARY_HEADER.format(count=messages)
+        overhead = in_format(*self._cost(locked.task, {"role": "user", "content": heading}), fmt)
+        counter = self.store.counting.costs(locked.task.token_counter).counter
+        share = int(allowed * self.settings.summary_max_share)
+        return SummaryLimit(max(1, share - overhead), counter)
 
     async def _commit_condense(
         self,
@@ -207,9 +242,71 @@ class CompactionService:
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
                 return Outcome("skipped", before, before, reason="context_grew")  # short ones
+            if self._too_little(hidden.tokens(entries) - in_format(*cost, fmt), before):
+                return Outcome("skipped", before, before, reason="too_little_gain")
             record = self._summary_record("condense", entries, hidden, content, fmt, cost)
             record["summarizer"] = summarizer
             return await self._commit(locked, head, files, marker, record, hidden, entries, cost)
+
+    @timed_compaction
+    async def mask(self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0) -> Outcome:
+        """Replace every older tool result (all but the newest ``keep_tool_results``) with a
+        one-line placeholder, in one batch, if that frees at least ``mask_min_tokens``."""
+        async with (
+            self._one_at_a_time(task_uuid, thread_id),
+            self.store.locked(task_uuid, thread_id) as locked,
+        ):
+            self._require_running(locked)
+            fmt = fmt or native_format(locked.task.llm_provider)
+            head, entries, files = await self._index(locked, fmt)
+            before = self.tasks.context_tokens(locked, head, fmt)
+            tiers = self.tasks.compaction_options(locked.task)
+            chosen = plans.plan_mask(entries, keep_tool_results=tiers.keep_tool_results)
+            if not chosen:
+                return Outcome("skipped", before, before, reason="nothing_to_mask")
+            costs = self.store.counting.costs(locked.task.token_counter)
+            masks = await asyncio.to_thread(
+                _masks, files, head.messages_bytes, [entries[i].seq for i in chosen], costs
+            )
+            original = sum(entries[i].tokens for i in chosen)
+            placeholders = sum(in_format(m["tokens"], m["format_tokens"], fmt) for m in masks)
+            gain = original - placeholders
+            if gain < self.settings.mask_min_tokens or self._too_little(gain, before):
+                return Outcome("skipped", before, before, reason="too_little_gain")
+            now = utc_timestamp()
+            marker = {"marker": MASK, "masks": masks, "timestamp": now, "tokens": 0}
+            summary = {
+                "kind": MASK,
+                "start_seq": masks[0]["seq"],
+                "end_seq": masks[-1]["seq"],
+                "masked_seqs": [m["seq"] for m in masks],
+                "summary": "",
+                "original_tokens": original,
+                "summary_tokens": placeholders,
+                "ratio": round(placeholders / original, 4) if original else 0.0,
+                "compressed_message_count": len(masks),
+                "tokens_saved": original - placeholders,
+                "summarizer": None,
+                "counted_as": fmt,
+                "created_at": now,
+                "timestamp": now,
+            }
+            new_head, record = await asyncio.to_thread(
+                commit_marker, files, head, marker, summary, fsync=self.store.fsync
+            )
+            await self.store.save_head(locked, new_head, compactions=1)
+            after = self.tasks.context_tokens(locked, new_head, fmt)
+            log.info(
+                "task %s thread %d: masked %d tool results, %d -> %d tokens",
+                task_uuid,
+                thread_id,
+                len(masks),
+                before,
+                after,
+            )
+            return Outcome(
+                MASK, before, after, summary_id=record["summary_id"], hidden_messages=len(masks)
+            )
 
     @timed_compaction
     async def truncate(
@@ -231,6 +328,8 @@ class CompactionService:
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= plan.tokens(entries):  # e.g. only an older marker
                 return Outcome("skipped", before, before, reason="context_grew")
+            if self._too_little(plan.tokens(entries) - in_format(*cost, fmt), before):
+                return Outcome("skipped", before, before, reason="too_little_gain")
             record = self._summary_record("truncation", entries, plan, content, fmt, cost)
             return await self._commit(locked, head, files, marker, record, plan, entries, cost)
 
@@ -268,40 +367,87 @@ class CompactionService:
         """Compact a context until its payload in ``fmt`` is within its budget (SPEC §3.3),
         or raise TooLarge; return the last step that changed it.
 
-        Measured again after every step, the condense too: one that waited for another
-        condense (a background job's) or was skipped may find the context under budget."""
+        Each round tries the task's tiers in order (masking and condensing once per call) and
+        measures again after the step that changed something: one that waited for another
+        condense (a background job's) may find the context under budget already."""
         last: Outcome | None = None
-        for round_number in range(MAX_FIT_ROUNDS):
-            tokens, allowed, fmt = await self._measure(task_uuid, thread_id, fmt)
-            if tokens <= allowed:
+        done: set[str] = set()
+        for _ in range(MAX_FIT_ROUNDS):
+            measure = await self._measure(task_uuid, thread_id, fmt)
+            fmt = measure.fmt
+            if measure.tokens <= measure.budget.allowed:
                 return last
-            if round_number == 0:
-                step = await self._condense_in_time(task_uuid, fmt, thread_id)
-            else:
-                step = await self.truncate(task_uuid, fmt, thread_id=thread_id)
-                if step.kind == "skipped":
-                    step = await self.elide(task_uuid, tokens - allowed, fmt, thread_id=thread_id)
-                if step.kind == "skipped":
+            for tier in measure.tiers:
+                if tier in done:
+                    continue
+                if tier in ONCE_PER_FIT:
+                    done.add(tier)
+                excess = measure.tokens - measure.budget.allowed
+                step = await self._step(tier, task_uuid, fmt, thread_id, excess)
+                # Measure again after a change, and after any condense: a skipped one may have
+                # waited for another (a background job's) that changed the context.
+                if step.kind != "skipped" or tier == "condense":
                     break
-            if step is not None and step.kind != "skipped":
+            else:
+                break  # every tier is spent: nothing more can change
+            if step.kind != "skipped":
                 last = step
-        tokens, allowed, fmt = await self._measure(task_uuid, thread_id, fmt)
-        if tokens > allowed:
+        measure = await self._measure(task_uuid, thread_id, fmt)
+        if measure.tokens > measure.budget.allowed:
             raise TooLarge(
-                f"the context has {tokens} tokens and cannot be compacted under {allowed}",
+                f"the context has {measure.tokens} tokens and cannot be compacted under "
+                f"{measure.budget.allowed}",
                 code="context_over_budget",
-                details={"tokens": tokens, "budget": allowed},
+                details={"tokens": measure.tokens, "budget": measure.budget.allowed},
             )
         return last
 
-    async def _measure(
-        self, task_uuid: str, thread_id: int, fmt: str | None
-    ) -> tuple[int, int, str]:
-        """The context's payload tokens, its budget and the format they are counted in."""
+    async def relieve(self, task_uuid: str, *, thread_id: int = 0) -> Outcome:
+        """The background compaction after an append crossed the threshold: the task's tiers
+        that keep every message (mask, condense), in its order, until the context is under its
+        threshold again. Truncation and elision wait for a payload that needs them."""
+        last = None
+        measure = await self._measure(task_uuid, thread_id, None)
+        for tier in measure.tiers:
+            if tier not in BACKGROUND_TIERS:
+                continue
+            if tier == MASK:
+                step = await self.mask(task_uuid, measure.fmt, thread_id=thread_id)
+            else:
+                step = await self.condense(task_uuid, fmt=measure.fmt, thread_id=thread_id)
+            if step.kind != "skipped":
+                last = step
+                measure = await self._measure(task_uuid, thread_id, measure.fmt)
+                if measure.tokens < measure.budget.threshold:
+                    break
+            elif last is None:
+                last = step
+        return last or Outcome("skipped", measure.tokens, measure.tokens, reason="no_tier")
+
+    async def _step(
+        self, tier: str, task_uuid: str, fmt: str, thread_id: int, excess: int
+    ) -> Outcome:
+        """One compaction of this tier ("skipped" when it changed nothing)."""
+        if tier == MASK:
+            return await self.mask(task_uuid, fmt, thread_id=thread_id)
+        if tier == "condense":
+            step = await self._condense_in_time(task_uuid, fmt, thread_id)
+            return step or Outcome("skipped", 0, 0, reason="condense_failed")
+        if tier == "truncate":
+            return await self.truncate(task_uuid, fmt, thread_id=thread_id)
+        return await self.elide(task_uuid, excess, fmt, thread_id=thread_id)
+
+    async def _measure(self, task_uuid: str, thread_id: int, fmt: str | None) -> "Measure":
+        """The context's payload tokens, its budget, the format they are counted in and the
+        task's tiers."""
         context = await self.store.head(task_uuid, thread_id)
         fmt = fmt or native_format(context.task.llm_provider)
-        tokens = self.tasks.context_tokens(context, context.head, fmt)
-        return tokens, self.tasks.context_budget(context).allowed, fmt
+        return Measure(
+            tokens=self.tasks.context_tokens(context, context.head, fmt),
+            budget=self.tasks.context_budget(context),
+            fmt=fmt,
+            tiers=self.tasks.compaction_options(context.task).tiers,
+        )
 
     async def _condense_in_time(self, task_uuid: str, fmt: str, thread_id: int) -> Outcome | None:
         try:
@@ -474,8 +620,9 @@ def _entries(files: ContextFiles, end: int, fmt: str) -> list[Entry]:
 
 
 def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
-    """The visible records of seq ``low`` to ``high``: what a condense hands its summariser."""
-    for record in visible_records(f, end):
+    """The visible records of seq ``low`` to ``high``: what a condense hands its summariser
+    (tool results as posted, masked or not: the summary is where their facts survive)."""
+    for record in visible_records(f, end, masked=False):
         if low <= position(record) <= high:
             yield record
 
@@ -505,9 +652,16 @@ def _elision(
     content can give way.
     """
     candidates = plans.by_size(entries, minimum=64, excess=excess)
-    assistants = [i for i in candidates if entries[i].role == "assistant"]
-    for index, arguments in [(i, False) for i in candidates] + [(i, True) for i in assistants]:
+    kept = plans.kept_length(entries)
+    attempts = []
+    for protected in (False, True):  # the instruction and the newest summary: last of all
+        group = [i for i in candidates if (i < kept) == protected]
+        attempts += [(i, False) for i in group]
+        attempts += [(i, True) for i in group if entries[i].role == "assistant"]
+    for index, arguments in attempts:
         entry = entries[index]
+        if entry.masked:  # its placeholder is all it shows; the original must not come back
+            continue
         original = _read_entry(files, entry, end)
         if ANCHOR in original:  # counted as the most its rendering may cost, not its text
             continue
@@ -573,3 +727,65 @@ def elided(counter: TextCounter, content: Any, excess: int) -> str:
         return text
     keep = (len(text) - cut) // 2
     return text[:keep] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - keep :]
+
+
+def _masks(
+    files: ContextFiles, end: int, seqs: list[int], costs: TokenCosts
+) -> list[dict[str, Any]]:
+    """What replaces each of these tool results: a placeholder naming the call, the output's
+    size and its seq, with the placeholder's costs."""
+    wanted = set(seqs)
+    calls: dict[str, dict[str, Any]] = {}
+    masks = []
+    with open(files.messages, "rb") as f:
+        for record in visible_records(f, end, masked=False):
+            for call in record.get("tool_calls") or ():
+                calls[call["id"]] = call["function"]
+            if record["seq"] not in wanted:
+                continue
+            function = calls.get(record["tool_call_id"], {})
+            content = mask_placeholder(record, function)
+            masked = openai_message(record) | {"content": content}
+            tokens, format_tokens = costs.message(masked)
+            masks.append(
+                {
+                    "seq": record["seq"],
+                    "content": content,
+                    "tokens": tokens,
+                    "format_tokens": format_tokens,
+                }
+            )
+    return masks
+
+
+def mask_placeholder(result: dict[str, Any], function: dict[str, Any]) -> str:
+    """``[output of read_file(path="src/a.py") hidden: 412 lines, 18.3 KB; seq 57]``."""
+    text = plain_text(result.get("content"))
+    name = function.get("name") or result.get("tool_name") or "a tool"
+    arguments = _short_arguments(function.get("arguments") or "")
+    size = len(text.encode())
+    shown = f"{size / 1024:.1f} KB" if size >= 1024 else f"{size} bytes"
+    lines = text.count("\n") + 1 if text else 0
+    return (
+        f"[output of {name}({arguments}) hidden to save context: {lines} lines, {shown}; "
+        f"seq {result['seq']} of the task's history]"
+    )
+
+
+def _short_arguments(raw: str) -> str:
+    """key="value" pairs of a call's arguments, each value cut to fit one short line."""
+    try:
+        parsed = orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        return _cut(raw, MAX_PLACEHOLDER_ARGUMENTS)
+    pairs = []
+    for key, value in parsed.items():
+        shown = value if isinstance(value, str) else orjson.dumps(value).decode()
+        pairs.append(f"{key}={orjson.dumps(_cut(shown, 80)).decode()}")
+    return _cut(", ".join(pairs), MAX_PLACEHOLDER_ARGUMENTS)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

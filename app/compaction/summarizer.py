@@ -1,14 +1,18 @@
 """Summaries of a span of the context: the extractive digest, or a chat backend's summary.
 
 With a chat backend, a span larger than the backend's own window is summarised in chunks and
-the partial summaries are combined by one more call.
+the partial summaries are combined by one more call. A summary with a limit (a condense's share
+of the context's budget) is at most that long whatever the backend: the digest is sized to it,
+a chat backend is asked for no more, and an answer still longer is cut on a line boundary, with
+a note that says so.
 """
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from app.compaction.extractive import extractive_digest
+from app.compaction.extractive import digest_within, extractive_digest
 from app.context.records import openai_message
 from app.errors import InvalidInput
 from app.llm.base import ChatBackend
@@ -51,6 +55,15 @@ COMBINE_REQUEST = (
 KEPT_LABEL = "The first user message (the task), kept in the context, for reference"
 EXTRACTIVE_MAX_CHARS = 6000
 _WINDOW_SHARE = 0.6  # of the backend's window a chunk may fill; the rest is prompt and answer
+CUT_NOTE = "[... cut to fit ...]"
+
+
+@dataclass(frozen=True)
+class SummaryLimit:
+    """The most a summary may cost: ``tokens`` as ``counter`` (the task's) counts them."""
+
+    tokens: int
+    counter: TextCounter
 
 
 class Summarizer:
@@ -93,18 +106,32 @@ class Summarizer:
         prompt: str | None = None,
         max_tokens: int | None = None,
         kept: dict[str, Any] | None = None,
+        limit: SummaryLimit | None = None,
     ) -> str:
         """A summary of the records (consumed once, in a worker thread), with the condense
         prompt unless another is given (the final summary's). ``kept``, a message the context
-        keeps (the task statement), is given along, marked as kept, not to be summarised."""
+        keeps (the task statement), is given along, marked as kept, not to be summarised.
+        With a ``limit``, the summary is at most that long, and a chat backend is asked for
+        at most it."""
         prompt = prompt if prompt and prompt.strip() else self.prompt
         chat = self.backend(backend)
+        if chat is None and limit is not None:
+            digest = await asyncio.to_thread(
+                digest_within,
+                records,
+                max_tokens=limit.tokens,
+                count=limit.counter.count_text,
+                kept=kept,
+            )
+            return cut_to_fit(digest, limit)
         if chat is None:  # a digest of about four characters a token asked for
             max_chars = 4 * max_tokens if max_tokens else EXTRACTIVE_MAX_CHARS
             return await asyncio.to_thread(
                 extractive_digest, records, max_chars=max_chars, kept=kept
             )
         max_tokens = max_tokens or self.max_tokens
+        if limit is not None:
+            max_tokens = min(max_tokens, limit.tokens)
         budget = max(int(chat.window * _WINDOW_SHARE) - max_tokens, 256)
         # The kept message, at most a quarter of a request (a pasted log keeps its start).
         reference, size = (None, 0)
@@ -118,7 +145,34 @@ class Summarizer:
         while len(parts) > 1:  # combined in rounds of groups that fit the window
             groups = _groups(parts, self.counter, budget - size)
             parts = [await _combine(chat, group, prompt, max_tokens, reference) for group in groups]
-        return parts[0]
+        return parts[0] if limit is None else cut_to_fit(parts[0], limit)
+
+
+def cut_to_fit(text: str, limit: SummaryLimit) -> str:
+    """The text if it fits the limit, else its first lines and ``CUT_NOTE`` (the start of
+    its first line when not even that fits with the note)."""
+    count = limit.counter.count_text
+    if count(text) <= limit.tokens:
+        return text
+    lines = text.split("\n")
+    kept = _most(len(lines), lambda n: count("\n".join([*lines[:n], CUT_NOTE])) <= limit.tokens)
+    if kept:
+        return "\n".join([*lines[:kept], CUT_NOTE])
+    first = lines[0]
+    chars = _most(len(first), lambda n: count(f"{first[:n]} {CUT_NOTE}") <= limit.tokens)
+    return f"{first[:chars]} {CUT_NOTE}" if chars else CUT_NOTE
+
+
+def _most(count: int, fits: Callable[[int], bool]) -> int:
+    """The largest n below ``count`` that ``fits`` (0 if none does; fits is monotone)."""
+    low, high = 0, count
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 async def _combine(

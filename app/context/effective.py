@@ -6,9 +6,12 @@
   *position* lies in its ``hides`` range [a, b] and takes their place: it is rendered at
   position a. A normal record's position is its seq; a compaction marker's position is a.
   So a later compaction over a span that contains an earlier marker hides that marker too.
+- a ``mask`` marker {masks: [{seq, content, tokens, format_tokens}]} replaces the content of
+  earlier tool results with a one-line placeholder (and their costs with the placeholder's); the
+  result stays where it was, paired with its call. It renders nowhere itself.
 - a ``rewind`` marker {to_seq, include_target} removes every record whose seq lies between the
   cut (to_seq, or to_seq + 1 with include_target) and the rewind itself: messages, and the
-  compactions made after the cut (whose hidden records come back).
+  compactions and masks made after the cut (whose hidden records come back whole).
 
 A marker is told apart from a message by its envelope, ``"type": "marker"``, which only the
 service writes: a message may not carry ``type`` or any other field a marker is read by
@@ -26,6 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 COMPACTION_KINDS = frozenset({"condense", "truncation", "elision"})
+MASK = "mask"
+# On a masked record as a payload shows it: the seq of the mask marker (never stored).
+MASKED_BY = "masked_by"
 MARKER_TYPE = "marker"  # the envelope's "type" on the records the service writes
 
 
@@ -76,6 +82,7 @@ class Plan:
     compactions: list[dict[str, Any]] = field(default_factory=list)  # active, by position
     removed: list[tuple[int, int]] = field(default_factory=list)  # seq intervals, inclusive
     hidden: list[tuple[int, int]] = field(default_factory=list)  # position intervals, inclusive
+    masks: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> what replaces it
 
     def is_removed(self, seq: int) -> bool:
         return any(low <= seq <= high for low, high in self.removed)
@@ -95,7 +102,12 @@ def plan(markers: Iterable[dict[str, Any]]) -> Plan:
                 result.removed.append((cut, marker["seq"] - 1))
     active: list[dict[str, Any]] = []
     for marker in ordered:
-        if marker["marker"] not in COMPACTION_KINDS or result.is_removed(marker["seq"]):
+        if result.is_removed(marker["seq"]):
+            continue
+        if marker["marker"] == MASK:
+            for mask in marker["masks"]:
+                result.masks[mask["seq"]] = mask | {MASKED_BY: marker["seq"]}
+        if marker["marker"] not in COMPACTION_KINDS:
             continue
         low, high = marker["hides"]
         active = [m for m in active if not low <= position(m) <= high]
@@ -105,8 +117,11 @@ def plan(markers: Iterable[dict[str, Any]]) -> Plan:
     return result
 
 
-def visible(records: Iterable[dict[str, Any]], active: Plan) -> Iterator[dict[str, Any]]:
-    """The records a payload shows, in order: unhidden messages and active compaction markers."""
+def visible(
+    records: Iterable[dict[str, Any]], active: Plan, *, masked: bool = True
+) -> Iterator[dict[str, Any]]:
+    """The records a payload shows, in order: unhidden messages and active compaction markers.
+    ``masked=False``: masked tool results as they were posted (what a summariser reads)."""
     pending = iter(active.compactions)
     next_marker = next(pending, None)
     for record in records:
@@ -117,7 +132,8 @@ def visible(records: Iterable[dict[str, Any]], active: Plan) -> Iterator[dict[st
             yield next_marker
             next_marker = next(pending, None)
         if not active.is_removed(seq) and not active.is_hidden(seq):
-            yield record
+            mask = active.masks.get(seq) if masked else None
+            yield record if mask is None else record | mask
     while next_marker is not None:
         yield next_marker
         next_marker = next(pending, None)

@@ -238,10 +238,12 @@ def active_plan(source: Path | BinaryIO, end: int | None = None) -> effective.Pl
     return effective.plan(orjson.loads(x) for _, x in lines if MARKER in x)
 
 
-def visible_records(f: BinaryIO, end: int) -> Iterator[dict[str, Any]]:
-    """The effective context's records, from an open messages.jsonl up to ``end``."""
+def visible_records(f: BinaryIO, end: int, *, masked: bool = True) -> Iterator[dict[str, Any]]:
+    """The effective context's records, from an open messages.jsonl up to ``end`` (with
+    ``masked=False``, masked tool results as posted)."""
     active = active_plan(f, end)
-    yield from effective.visible((orjson.loads(x) for _, x in iter_lines(f, 0, end)), active)
+    records = (orjson.loads(x) for _, x in iter_lines(f, 0, end))
+    yield from effective.visible(records, active, masked=masked)
 
 
 def record_at(f: BinaryIO, seq: int, end: int) -> dict[str, Any] | None:

@@ -57,6 +57,8 @@ class Task(Base):
     # Task options (POST /tasks): keep the latest planning entry in every payload; named webhooks.
     pin_plan: Mapped[bool] = mapped_column(default=False)
     hooks: Mapped[list[str]] = mapped_column(PortableJSON, default=list)
+    # The task's own compaction options ({"tiers", "keep_tool_results"}); null: the server's.
+    compaction: Mapped[dict[str, Any] | None] = mapped_column(PortableJSON)
     # The pinned plan message (the latest planning entry, as sent) and its cost, counted when it
     # is written: OpenAI's rendering, then the other counted formats'.
     pinned_plan: Mapped[str | None] = mapped_column(Text)

@@ -13,6 +13,11 @@ class Calibration(BaseModel):
     estimated_real_tokens: int = Field(description="tokens x factor")
 
 
+class CompactionOptionsOut(BaseModel):
+    tiers: list[str]
+    keep_tool_results: int
+
+
 class ContextEntry(BaseModel):
     index: int
     tokens: int
@@ -43,6 +48,9 @@ class ContextView(BaseModel):
     tools_tokens: int
     token_counter: str = Field(description="o200k_base, cl100k_base or heuristic")
     calibration: Calibration
+    compaction: CompactionOptionsOut = Field(
+        description="The tiers compaction tries, in order, and the tool results masking keeps."
+    )
     next_action: Literal["none", "condense", "over_budget"]
     next_step: dict[str, Any] = Field(
         description="A dry run of the next compaction: action (none|condense|truncate|elide), "

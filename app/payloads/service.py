@@ -2,7 +2,7 @@
 
 from collections.abc import AsyncIterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
@@ -153,6 +153,7 @@ class PayloadService:
                 "samples": task.calibration_samples,
                 "estimated_real_tokens": round(tokens * task.token_calibration),
             },
+            "compaction": asdict(self.tasks.compaction_options(task)),
             "next_action": budget.next_action(tokens),
             "next_step": next_step,
             "message_count": head.current_messages,

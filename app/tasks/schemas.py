@@ -6,6 +6,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.config import CompactionTier, check_tiers
 from app.db.base import DBJSON, DBText
 
 TaskStatus = Literal["running", "paused", "completed", "failed"]
@@ -35,6 +36,25 @@ class ToolDefinition(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["function"] = "function"
     function: FunctionDefinition
+
+
+class CompactionChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"tiers": ["mask", "condense", "elide"]}]},
+    )
+    tiers: list[CompactionTier] | None = Field(
+        None,
+        min_length=1,
+        description="mask, condense, truncate, elide: each once, in the order to try them; "
+        "elide (the one that always fits) among them.",
+    )
+    keep_tool_results: int | None = Field(None, strict=True, ge=0, le=10_000)
+
+    @field_validator("tiers")
+    @classmethod
+    def _tiers_fit(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else list(check_tiers(tuple(value)))
 
 
 class TaskCreate(BaseModel):
@@ -108,6 +128,11 @@ class TaskCreate(BaseModel):
         strict=True,
         description="Keep the latest planning entry in every payload, right after the first user "
         "message, counted in the budget: compaction never loses the current plan.",
+    )
+    compaction: CompactionChoice | None = Field(
+        None,
+        description="This task's own compaction: its tiers in order and how many of the newest "
+        "tool results masking keeps (default: COMPACTION_TIERS, KEEP_TOOL_RESULTS).",
     )
     metadata: DBJSON = Field(default_factory=dict)
 

@@ -16,6 +16,7 @@ from sqlalchemy import update
 from app.auth.keys import Principal
 from app.compaction.policy import (
     Budget,
+    CompactionOptions,
     budget_for,
     default_reserved_output,
     effective_threshold,
@@ -71,6 +72,14 @@ class TaskService:
         return self._budget(
             task.model, task.context_length, task.max_output_tokens, task.token_calibration
         )
+
+    def compaction_options(self, task: Task) -> CompactionOptions:
+        """The task's compaction tiers and masking, its own choices over the server's."""
+        server = CompactionOptions(
+            tiers=self.settings.compaction_tiers,
+            keep_tool_results=self.settings.keep_tool_results,
+        )
+        return server.merged(task.compaction)
 
     def context_budget(self, context: LockedTask) -> Budget:
         """The budget of one context: the task's, or a thread's share of it (seed 003)."""
@@ -223,6 +232,7 @@ class TaskService:
             max_output_tokens=reserved,
             metadata_=body.metadata,
             hooks=body.hooks,
+            compaction=body.compaction.model_dump(exclude_none=True) if body.compaction else None,
             pin_plan=body.pin_plan,
             plan_tokens=0,
             format_plan_tokens={},
@@ -471,6 +481,6 @@ class TaskService:
 def _fingerprint(body: TaskCreate) -> str:
     # Options added since the first release count only when set, so a re-POST of a task
     # created before them still matches its stored fingerprint.
-    later = {name for name in ("hooks", "pin_plan") if not getattr(body, name)}
+    later = {name for name in ("hooks", "pin_plan", "compaction") if not getattr(body, name)}
     data = body.model_dump(mode="json", exclude={"uuid", *later})
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()

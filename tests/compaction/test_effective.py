@@ -246,8 +246,9 @@ def reference_context(records: list[Record]) -> list[Record]:
     """The effective context by a naive state machine, independent of effective.plan.
 
     Records apply in seq order: a message is appended; a compaction marker removes the visible
-    entries whose position lies in its range and takes its place at position a; a rewind puts
-    back the state as it was just before its cut (so later records and markers are undone).
+    entries whose position lies in its range and takes its place at position a; a mask marker
+    replaces what the records it names show; a rewind puts back the state as it was just before
+    its cut (so later records and markers are undone).
     """
     before: dict[int, list[Record]] = {}
     shown_now: list[Record] = []
@@ -260,6 +261,9 @@ def reference_context(records: list[Record]) -> list[Record]:
             cut = record["to_seq"] + (1 if record.get("include_target") else 0)
             if cut < record["seq"]:
                 shown_now = list(before[cut])
+        elif kind == effective.MASK:
+            masks = {m["seq"]: m | {effective.MASKED_BY: record["seq"]} for m in record["masks"]}
+            shown_now = [r | masks.get(r["seq"], {}) for r in shown_now]
         else:
             low, high = record["hides"]
             shown_now = [r for r in shown_now if not low <= effective.position(r) <= high]
@@ -274,7 +278,7 @@ def histories(draw: st.DrawFn) -> list[Record]:
     records: list[Record] = [message(1, "system"), message(2)]
     for _ in range(draw(st.integers(0, 40))):
         seq = len(records) + 1
-        op = draw(st.sampled_from(["message", "message", "compaction", "rewind"]))
+        op = draw(st.sampled_from(["message", "message", "compaction", "mask", "rewind"]))
         current = reference_context(records)
         if op == "compaction" and len(current) >= 2:
             first = draw(st.integers(1, len(current) - 1))
@@ -283,6 +287,11 @@ def histories(draw: st.DrawFn) -> list[Record]:
             high = end["hides"][1] if "hides" in end else end["seq"]
             kind = draw(st.sampled_from(sorted(effective.COMPACTION_KINDS)))
             records.append(compaction(seq, effective.position(current[first]), high, kind))
+        elif op == "mask" and current:
+            chosen = draw(
+                st.sets(st.sampled_from([r["seq"] for r in current if "marker" not in r]))
+            )
+            records.append(mask(seq, sorted(chosen)))
         elif op == "rewind":
             targets = [r["seq"] for r in records if not effective.is_marker(r)]
             target = draw(st.sampled_from(targets))
@@ -296,4 +305,27 @@ def histories(draw: st.DrawFn) -> list[Record]:
 @given(histories())
 def test_visible_matches_the_reference_model(records: list[Record]) -> None:
     """plan + visible agree with the naive state machine on service-like histories."""
-    assert shown(records) == [r["seq"] for r in reference_context(records)]
+    markers = [r for r in records if effective.is_marker(r)]
+    assert list(effective.visible(records, effective.plan(markers))) == reference_context(records)
+
+
+def mask(seq: int, masked: list[int]) -> Record:
+    """A mask marker appended at ``seq`` that masks the records ``masked``."""
+    masks = [{"seq": s, "content": f"[masked {s}]", "tokens": 1} for s in masked]
+    return {"seq": seq, "type": "marker", "marker": "mask", "masks": masks, "tokens": 0}
+
+
+def test_a_mask_replaces_what_a_record_shows_and_a_rewind_brings_it_back() -> None:
+    records = [message(1, "system"), message(2), message(3, "tool"), mask(4, [3]), message(5)]
+    out = list(effective.visible(records, effective.plan(records)))
+    assert [r["content"] for r in out] == ["m1", "m2", "[masked 3]", "m5"]
+    assert out[2]["tokens"] == 1
+    assert out[2][effective.MASKED_BY] == 4
+    unmasked = effective.visible(records, effective.plan(records), masked=False)
+    assert [r["content"] for r in unmasked] == ["m1", "m2", "m3", "m5"]
+    records.append(rewind(6, 3, include_target=True))  # undoes the mask made after seq 3
+    assert [r["content"] for r in effective.visible(records, effective.plan(records))] == [
+        "m1",
+        "m2",
+        "m3",
+    ]

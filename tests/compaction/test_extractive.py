@@ -18,6 +18,7 @@ from app.compaction.extractive import (
     ROOT_TOKEN,
     TIER_OUTPUT,
     DigestState,
+    ErrorGroup,
     content_text,
     extractive_digest,
     find_error_lines,
@@ -27,6 +28,7 @@ from app.compaction.extractive import (
     record_errors,
     record_paths,
     render,
+    shows_error_line,
 )
 from tests.conftest import CORPUS
 
@@ -83,6 +85,34 @@ def total(items: list[str]) -> int:
     """The items a cut list stands for: those shown plus its "(+N more)"."""
     more = [int(item[2:].split()[0]) for item in items if item.startswith("(+")]
     return len(items) - len(more) + sum(more)
+
+
+def grouped_lines(item: str) -> list[str]:
+    """The lines an Errors item shows: itself, or each line of the group it lists."""
+    group = ErrorGroup.parse(item, 0)
+    if group.slot is None:
+        return [item]
+    lines = []
+    for value in [group.values[group.slot], *group.others]:
+        values = [*group.values[: group.slot], value, *group.values[group.slot + 1 :]]
+        parts = [group.pieces[0]]
+        for piece, between in zip(values, group.pieces[1:], strict=True):
+            parts += [piece, between]
+        lines.append("".join(parts))
+    return lines
+
+
+def error_lines(items: list[str]) -> int:
+    """The error lines a cut Errors list stands for: a group's listed values and its
+    "(N more)", a line, and the groups a "(+N more)" left out (one line each, at least)."""
+    count = 0
+    for item in items:
+        if item.startswith("(+"):
+            count += int(item[2:].split()[0])
+            continue
+        group = ErrorGroup.parse(item, 0)
+        count += 1 if group.slot is None else 1 + len(group.others) + group.more
+    return count
 
 
 def covered(path: str, shown: set[str]) -> bool:
@@ -326,7 +356,7 @@ def test_bounded_state() -> None:
     _, sections = parse(digest)
     assert total(sections["Files"]) == 2000
     assert total(sections[OUTPUT_PATHS]) == 10_000
-    assert total(sections["Errors"]) == 80
+    assert error_lines(sections["Errors"]) == 80
     assert sections["User requests"] == ["Please migrate the service to the new API."]
 
 
@@ -354,7 +384,7 @@ def test_priorities_under_a_small_budget() -> None:
     digest = extractive_digest(noisy_session(200), max_chars=1500)
     _, sections = parse(digest)
     assert sections["User requests"] == ["Please migrate the service to the new API."]
-    assert total(sections["Errors"]) == 8
+    assert error_lines(sections["Errors"]) == 8
     assert total(sections["Files"]) == 200
     assert all(item.startswith(("src/mod", "(+")) for item in sections["Files"])
     assert sections[OUTPUT_PATHS] == ["(+1000 more)"]
@@ -386,13 +416,17 @@ def test_deterministic_and_single_pass() -> None:
 
 @pytest.mark.parametrize("name", sorted(path.name for path in CORPUS.glob("*.jsonl")))
 def test_honest_on_the_corpus(name: str) -> None:
-    """Every listed path, error line, user request and last assistant text occurs in the input
-    (whitespace collapsed), and the digest fits the default budget."""
+    """Every listed path, error line (each line of a group), user request and last assistant
+    text occurs in the input (whitespace collapsed), and the digest fits the default budget."""
     records = list(corpus_file(name))
     digest = extractive_digest(records)
     assert len(digest) <= 6000
     source = input_text(records)
-    quoted = listed(digest, "Files", OUTPUT_PATHS, "Errors", "User requests")
+    quoted = listed(digest, "Files", OUTPUT_PATHS, "User requests")
+    for item in listed(digest, "Errors"):  # a line as it was, or a group's lines (a line
+        # that lists numbers itself, "[100, 150]", reads as a group too)
+        whole = all(piece in source for piece in unquoted(item))
+        quoted += [item] if whole else grouped_lines(item)
     latest = [
         item.removeprefix("Last assistant text: ")
         for item in listed(digest, "Latest state")
@@ -436,7 +470,8 @@ def test_recall_over_the_longest_files(capsys: pytest.CaptureFixture[str]) -> No
         primary = [path for path, tier in tiers.items() if tier < TIER_OUTPUT]
         primary_hits = sum(covered(path, shown) for path in primary)
         all_hits = sum(covered(path, shown) for path in tiers)
-        error_hits = len(errors & set(listed(digest, "Errors")))
+        shown_errors = listed(digest, "Errors")
+        error_hits = sum(any(shows_error_line(item, e) for item in shown_errors) for e in errors)
         with capsys.disabled():
             print(
                 f"\n{name:48} primary {primary_hits}/{len(primary)}"
@@ -467,3 +502,33 @@ def test_an_earlier_summary_is_kept_as_such_when_condensing_again() -> None:
     assert "Previous work" not in users
     assert "Now add tests." in users
     assert "src/auth.py" in digest.split("Files:")[1]
+
+
+def test_a_digest_of_a_digest_folds_its_lists_in() -> None:
+    """An earlier digest, condensed again: its grouped errors take the new rows in, its $ROOT
+    paths come back whole and once, and a long earlier summary is cut to fit, not left out."""
+    root = "/home/agent/orders-service"
+    first_span = [
+        assistant("", tool_call(f"c{n}", "Read", file_path=f"{root}/src/m{n}.py")) for n in range(8)
+    ]
+    first_span += [result(f"c{n}", f"ValueError: NULL date at row {n * 7}") for n in range(4)]
+    first_span += [result(f"c{n}", "ok") for n in range(4, 8)]
+    first = extractive_digest(first_span)
+    assert f"{ROOT_TOKEN} = " in first
+    marker: Record = {"role": "user", "content": "[Summary (16 messages)]\n" + first}
+    marker |= {"seq": 20, "type": "marker", "marker": "condense", "hides": [2, 19]}
+    earlier: Record = {"role": "user", "content": "Earlier: " + "fixed src/x.py. " * 400}
+    earlier |= {"seq": 1, "type": "marker", "marker": "condense", "hides": [1, 1]}
+    later = [
+        assistant("", tool_call("c9", "Read", file_path=f"{root}/src/m9.py")),
+        result("c9", "ValueError: NULL date at row 99"),
+    ]
+    digest = extractive_digest([earlier, marker, *later], max_chars=2500)
+    assert len(digest) <= 2500
+    assert listed(digest, "Errors") == ["ValueError: NULL date at row 0, 7, 14, 21, 99"]
+    files = listed(digest, "Files")
+    assert files == ["src/x.py", *(f"{root}/src/m{n}.py" for n in (*range(8), 9))]
+    [kept_earlier, folded] = listed(digest, "Earlier summaries")
+    assert kept_earlier.startswith("Earlier: fixed src/x.py.")
+    assert CUT_MARK in kept_earlier
+    assert folded.startswith("Extractive digest of 16 messages")

@@ -307,8 +307,9 @@ def test_a_system_prompt_larger_than_the_budget_becomes_a_candidate() -> None:
 def test_a_span_counts_the_messages_its_markers_hid_not_the_markers() -> None:
     """A marker entry stands for the messages it hid; one written before the count was stored
     counts as one, as it did then."""
-    summary = {"seq": 30, "role": "user", "content": "s", "tokens": 5, "marker": "condense"}
-    truncation = {"seq": 31, "role": "user", "content": "t", "tokens": 5, "marker": "truncation"}
+    marker = {"role": "user", "tokens": 5, "type": "marker"}
+    summary = marker | {"seq": 30, "content": "s", "marker": "condense"}
+    truncation = marker | {"seq": 31, "content": "t", "marker": "truncation"}
     message = {"seq": 12, "role": "user", "content": "m", "tokens": 5}
     items = [
         Entry.of(summary | {"hides": [3, 9], "hidden_messages": 6}),

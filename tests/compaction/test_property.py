@@ -148,7 +148,7 @@ async def check_files(run: Run) -> None:
     tokens = sum(r["tokens"] for r in expected)
     assert task["context"]["tokens"] == render.head.context_tokens + 3 == tokens + 3  # + primer
     # Every compaction marker has its summaries.jsonl record, and is counted once.
-    markers = [r for r in records if r.get("marker") in COMPACTION_KINDS]
+    markers = [r for r in records if r.get("marker") in {*COMPACTION_KINDS, "mask"}]
     summaries = directory / "summaries.jsonl"
     lines = summaries.read_text().splitlines() if summaries.exists() else []
     by_id = {s["id"]: s for s in map(json.loads, lines)}
@@ -157,6 +157,9 @@ async def check_files(run: Run) -> None:
         summary = by_id[marker["summary_id"]]
         assert summary["marker_seq"] == marker["seq"]
         assert summary["kind"] == marker["marker"]
+        if marker["marker"] == "mask":
+            assert summary["masked_seqs"] == [m["seq"] for m in marker["masks"]]
+            continue
         assert [summary["start_seq"], summary["end_seq"]] == marker["hides"]
         assert summary["summary_tokens"] < summary["original_tokens"]
 
