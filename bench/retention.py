@@ -29,7 +29,9 @@ Every payload is checked against the whole history so far (``Facts``; ``check``)
 What counts as a path and as an error line is the extractive digest's published rules
 (``app.compaction.extractive``), so the digest is measured against what it sets out to keep;
 whether a fact is in a payload is a plain substring test on the payload's whitespace-collapsed
-text (every content, tool call and argument), independent of how the fact got there.
+text (every content, tool call and argument), independent of how the fact got there; but an
+error line also counts when a summary lists it in a group of lines that differ in one value
+("row 5, 28, 51 (3 more)" shows the lines of rows 5, 28 and 51).
 """
 
 import asyncio
@@ -54,6 +56,7 @@ from app.compaction.extractive import (
     normalize,
     record_errors,
     record_paths,
+    shows_error_line,
     tool_calls,
 )
 from app.compaction.service import SUMMARY_HEADER
@@ -71,18 +74,13 @@ class Strategy:
     tiers: tuple[str, ...]  # the compaction_tiers setting
 
     def settings(self, context_dir: Path) -> Settings:
-        tiers: dict[str, Any] = {"compaction_tiers": self.tiers} if TIERS_SETTING else {}
         return Settings(
             context_dir=context_dir,
             fsync="never",
             llm_backend="extractive",
             log_level="WARNING",
-            **tiers,
+            compaction_tiers=self.tiers,
         )
-
-
-# Until the service has the setting, it compacts as CONDENSE_FIRST does, and only that runs.
-TIERS_SETTING = "compaction_tiers" in Settings.model_fields
 
 
 TRUNCATE_ONLY = Strategy("truncate only", ("truncate", "elide"))
@@ -247,9 +245,16 @@ def check(
     tokens: int,
 ) -> Check:
     """The payload measured against the history so far and the previous payload."""
-    summaries = [expanded(normalize(m["content"])) for m in payload if is_summary(m)]
+    written_out = [expanded(m["content"]) for m in payload if is_summary(m)]
+    summaries = [normalize(summary) for summary in written_out]
     text = normalize("\n".join(message_text(m) for m in payload))
     text += " " + " ".join(summaries)  # paths written with $ROOT, out in full
+    items = [line[2:] for s in written_out for line in s.splitlines() if line.startswith("- ")]
+
+    def shown(error: str) -> bool:
+        """In the text, or listed with others in a summary's group of error lines."""
+        return error in text or any(shows_error_line(normalize(i), error) for i in items)
+
     user_contents = {content_text(m.get("content")) for m in payload if m["role"] == "user"}
 
     def quoted(user: str) -> bool:
@@ -277,7 +282,7 @@ def check(
         first_instruction=None if first is None else kept_whole_or_cut(first, payload),
         users=(users, len(facts.users)),
         paths=(sum(p in text for p in facts.paths), len(facts.paths)),
-        errors=(sum(e in text for e in facts.errors), len(facts.errors)),
+        errors=(sum(map(shown, facts.errors)), len(facts.errors)),
         summary=summary,
         plan=normalize(PLAN) in text,
         prefix=prefix,
@@ -487,6 +492,7 @@ def _percent(value: float | None) -> str:
 COLUMNS = [
     "strategy",
     "payloads",
+    "refused",
     "first instruction",
     "newest summary",
     "pinned plan",
@@ -504,6 +510,7 @@ def _row(name: str, s: dict[str, Any]) -> list[Any]:
     return [
         name,
         s["payloads"],
+        s["refused"],
         *(_percent(s[k]) for k in ("first_instruction", "summary", "plan", "users")),
         *(_percent(s[k]) for k in ("paths", "errors", "prefix", "cache_broken")),
         s["tokens_sent"],
@@ -527,7 +534,7 @@ def window_table(window: int, results: dict[str, dict[str, Any]], ran: list[Stra
 def run(quick: bool, scratch: Path) -> Report:
     corpus = [load(name) for name in corpus_names(quick)]
     windows = WINDOWS[:1] if quick else WINDOWS
-    ran = list(STRATEGIES) if TIERS_SETTING else [TODAY]
+    ran = list(STRATEGIES)
     by_strategy: dict[str, list[Replay]] = {}
     for strategy in ran:
         with tempfile.TemporaryDirectory(prefix="strategy-", dir=scratch) as directory:
@@ -551,7 +558,6 @@ def run(quick: bool, scratch: Path) -> Report:
         "verdicts": {
             str(w): verdicts(results[str(w)][NEW_DEFAULT.name], results[str(w)][TODAY.name])
             for w in windows
-            if NEW_DEFAULT in ran
         },
         "per_trajectory": {
             name: [per_trajectory(r) for r in replays] for name, replays in by_strategy.items()

@@ -23,6 +23,7 @@ FILES = (
     "openhands__multiswe_ponyc-4595",  # truncated and elided at 8k; error lines
 )
 WINDOW = 8000
+ROW_5_28 = "ValueError: NULL date at row 5, 28 (2 more)"
 PATHS_FLOOR = 0.95
 ERRORS_FLOOR = 0.90
 
@@ -94,3 +95,9 @@ def test_the_measures_see_a_loss() -> None:
     assert (lost.first_instruction, lost.plan, lost.summary) == (True, False, False)
     assert (lost.users, lost.paths, lost.errors) == ((0, 1), (1, 1), (0, 1))
     assert (lost.prefix, lost.kept_previous) == (0.5, False)
+
+    # A digest that groups error lines differing in one value shows each value it lists.
+    grouped = {**marker, "content": f"{marker['content']}\nErrors:\n- {ROW_5_28}"}
+    assert check([history[0], grouped], None, facts, summary, 50).errors == (1, 1)
+    elsewhere = {**grouped, "content": grouped["content"].replace("28", "51")}
+    assert check([history[0], elsewhere], None, facts, summary, 50).errors == (0, 1)
