@@ -13,9 +13,10 @@ condense the appends scheduled.
 
 Every payload is checked against the whole history so far (``Facts``; ``check``):
 
-* first instruction: the trajectory's first user message is a payload message, unchanged;
-* user messages: each later user message is a payload message unchanged, or quoted in a summary
-  (``QUOTE_CHARS``);
+* first instruction: the trajectory's first user message is a payload message, whole or elided
+  (its start kept);
+* user messages: each later user message is a payload message, whole or elided (its start
+  kept), or quoted in a summary (``QUOTE_CHARS``);
 * paths: the file paths the agent's tool calls acted on (path arguments, paths in commands) that
   appear anywhere in the payload's text;
 * errors: the distinct error lines of tool outputs that appear anywhere in the payload's text;
@@ -255,13 +256,11 @@ def check(
         """In the text, or listed with others in a summary's group of error lines."""
         return error in text or any(shows_error_line(normalize(i), error) for i in items)
 
-    user_contents = {content_text(m.get("content")) for m in payload if m["role"] == "user"}
-
     def quoted(user: str) -> bool:
         start = normalize(user)[:QUOTE_CHARS]
         return any(start in summary for summary in summaries)
 
-    users = sum(u in user_contents or quoted(u) for u in facts.users)
+    users = sum(kept_whole_or_cut(u, payload) or quoted(u) for u in facts.users)
     first = facts.first_instruction
     summary = None
     if newest_summary is not None:
@@ -340,7 +339,7 @@ class Replay:
     window: int
     checks: list[Check]
     compactions: dict[str, int]
-    refused: int
+    refused: dict[str, int]  # GET /request answers other than 200, by status
 
 
 async def replay(client: httpx.AsyncClient, trajectory: Trajectory, window: int) -> Replay:
@@ -362,7 +361,7 @@ async def replay(client: httpx.AsyncClient, trajectory: Trajectory, window: int)
     checks: list[Check] = []
     previous: list[dict[str, Any]] = []
     appended: list[dict[str, Any]] = []
-    refused = 0
+    refused: dict[str, int] = {}
     scheduled = True  # the plan may have taken the context over its threshold
     for turn in trajectory.turns:
         if turn[0]["role"] == "assistant":
@@ -370,7 +369,8 @@ async def replay(client: httpx.AsyncClient, trajectory: Trajectory, window: int)
                 await settle(client, uuid)
             response = await client.get(f"/tasks/{uuid}/request")
             if response.status_code != 200:
-                refused += 1
+                status = str(response.status_code)
+                refused[status] = refused.get(status, 0) + 1
             else:
                 payload = response.json()["messages"]
                 # The summaries change only with a compaction: a job ran, or the payload is
@@ -450,13 +450,16 @@ def summarise(replays: list[Replay]) -> dict[str, Any]:
     checks = [c for r in replays for c in r.checks]
     prefixes = [c.prefix for c in checks if c.prefix is not None]
     compactions: dict[str, int] = {}
+    refused: dict[str, int] = {}
     for r in replays:
         for kind, count in r.compactions.items():
             compactions[kind] = compactions.get(kind, 0) + count
+        for status, count in r.refused.items():
+            refused[status] = refused.get(status, 0) + count
     return {
         "trajectories": len(replays),
         "payloads": len(checks),
-        "refused": sum(r.refused for r in replays),
+        "refused": refused,
         "first_instruction": _share([c.first_instruction for c in checks]),
         "summary": _share([c.summary for c in checks]),
         "plan": _share([c.plan for c in checks]),
@@ -492,7 +495,7 @@ def _percent(value: float | None) -> str:
 COLUMNS = [
     "strategy",
     "payloads",
-    "refused",
+    "refused (by status)",
     "first instruction",
     "newest summary",
     "pinned plan",
@@ -510,12 +513,16 @@ def _row(name: str, s: dict[str, Any]) -> list[Any]:
     return [
         name,
         s["payloads"],
-        s["refused"],
+        _counts(s["refused"]),
         *(_percent(s[k]) for k in ("first_instruction", "summary", "plan", "users")),
         *(_percent(s[k]) for k in ("paths", "errors", "prefix", "cache_broken")),
         s["tokens_sent"],
-        ", ".join(f"{k} {v}" for k, v in sorted(s["compactions"].items())) or "0",
+        _counts(s["compactions"]),
     ]
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "0"
 
 
 def window_table(window: int, results: dict[str, dict[str, Any]], ran: list[Strategy]) -> Table:
