@@ -18,7 +18,16 @@ from bench import readme
 from bench.harness import REPO, RESULTS_DIR, Report, run_facts
 
 # In the order they run and bench/README.md shows them.
-BENCHMARKS = ("appends", "payloads", "tokens", "compaction", "replay", "startup", "stats_queries")
+BENCHMARKS = (
+    "appends",
+    "payloads",
+    "tokens",
+    "compaction",
+    "replay",
+    "retention",
+    "startup",
+    "stats_queries",
+)
 
 
 def run_one(name: str, quick: bool, results: Path) -> Report:
