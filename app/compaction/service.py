@@ -691,9 +691,11 @@ def _elision(
     content can give way.
     """
     candidates = plans.by_size(entries, minimum=64, excess=excess)
-    kept = plans.kept_length(entries)
+    # The instruction and the newest summary last of all; but when system messages are among
+    # the candidates (nothing else could lose the excess), the largest goes first, whatever it is.
+    kept = 0 if any(entries[i].role == "system" for i in candidates) else plans.kept_length(entries)
     attempts = []
-    for protected in (False, True):  # the instruction and the newest summary: last of all
+    for protected in (False, True):
         group = [i for i in candidates if (i < kept) == protected]
         attempts += [(i, False) for i in group]
         attempts += [(i, True) for i in group if entries[i].role == "assistant"]
