@@ -20,6 +20,7 @@ import pytest
 from app.compaction.service import MAX_FIT_ROUNDS
 from app.config import Settings
 from tests.conftest import CORPUS, running_app, task_body
+from tests.lifecycle.support import settled_jobs
 from tests.support_schemas import assert_tool_pairing
 
 TRAJECTORY = "claude-code__ccviewer_fe5e1c67_subagent.jsonl"
@@ -57,6 +58,9 @@ async def test_a_long_trajectory_at_4k_compacts_a_bounded_number_of_times(
                 group.append(messages[index])
                 index += 1
             if group[0]["role"] == "assistant" and instruction is not None:
+                # The background compaction settled first: the newest summary is then the one
+                # the payload must show (one committed meanwhile would be newer than it).
+                await settled_jobs(client, uuid, at_least_one=False)
                 payload = await served(client, uuid)
                 requests += 1
                 assert any(m == instruction for m in payload), (

@@ -234,12 +234,10 @@ async def _task_with_messages(http: httpx.AsyncClient, count: int) -> str:
     return uuid
 
 
-@pytest.mark.parametrize("where", ["uncommitted-tail", "last-committed-line"])
-async def test_torn_line_is_cut_on_restart(servers: ServerPool, where: str) -> None:
-    """A messages.jsonl ending mid-line (a torn write beyond the committed records, or the
-    last record itself cut while the server was down) does not make the task unreadable:
-    after restart the partial line is gone (and logged), history, payload and context agree,
-    and the next append takes the seq after the last intact record."""
+async def test_torn_line_is_cut_on_restart(servers: ServerPool) -> None:
+    """A messages.jsonl ending mid-line beyond the committed records (a torn write) does not
+    make the task unreadable: after restart the partial line is gone (and logged), history,
+    payload and context agree, and the next append takes the seq after the last record."""
     srv = servers.start()
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
         uuid = await _task_with_messages(http, 5)  # seqs 1 (system) .. 6
@@ -248,28 +246,49 @@ async def test_torn_line_is_cut_on_restart(servers: ServerPool, where: str) -> N
     path = servers.context_dir / "running" / uuid / "messages.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     assert len(lines) == 6
-    if where == "uncommitted-tail":
-        torn = json.dumps({"seq": 7, "role": "user", "content": "torn message", "tokens": 5})
-        path.write_bytes(b"".join(lines) + torn.encode()[: len(torn) // 2])
-        intact = 6
-    else:
-        path.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
-        intact = 5
+    torn = json.dumps({"seq": 7, "role": "user", "content": "torn message", "tokens": 5})
+    path.write_bytes(b"".join(lines) + torn.encode()[: len(torn) // 2])
 
     srv.start()
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
         ledger = Ledger()
-        ledger.ack(
-            list(range(1, intact + 1)),
-            [SYSTEM_PROMPT, *map("message {}".format, range(intact - 1))],
-        )
+        ledger.ack(list(range(1, 7)), [SYSTEM_PROMPT, *map("message {}".format, range(5))])
         history = await _check_reads_cleanly(http, uuid, ledger, servers)
-        assert len(history) == intact
-        assert path.read_bytes() == b"".join(lines[:intact]), "exactly the torn line was cut"
+        assert len(history) == 6
+        assert path.read_bytes() == b"".join(lines), "exactly the torn line was cut"
         await _new_append_continues(http, uuid, ledger)
         history = await _check_reads_cleanly(http, uuid, ledger, servers)
-        assert [r["seq"] for r in history] == list(range(1, intact + 2))
+        assert [r["seq"] for r in history] == list(range(1, 8))
     assert "torn bytes from messages.jsonl" in srv.log_text()
+
+
+async def test_a_cut_acknowledged_line_is_damage_after_restart(servers: ServerPool) -> None:
+    """The last acknowledged record itself cut while the server was down: after restart the
+    task answers task_files_damaged naming seq 6 on reads and appends alike, and its file is
+    left as found (an operator restores it or accepts the loss); seq 6 is never issued again."""
+    srv = servers.start()
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
+        uuid = await _task_with_messages(http, 5)  # seqs 1 (system) .. 6
+    srv.stop()
+
+    path = servers.context_dir / "running" / uuid / "messages.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    damaged = b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2]
+    path.write_bytes(damaged)
+
+    srv.start()
+    async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
+        for response in (
+            await http.get(f"/tasks/{uuid}/messages"),
+            await http.get(f"/tasks/{uuid}/request"),
+            await http.post(f"/tasks/{uuid}/messages", json={"role": "user", "content": "!"}),
+        ):
+            assert response.status_code == 500, response.text
+            error = response.json()["error"]
+            assert error["code"] == "task_files_damaged"
+            assert error["details"]["missing_seqs"] == [6, 6]
+            assert response.headers["connection"] == "close"
+    assert path.read_bytes() == damaged
 
 
 HEAD_COLUMNS = "last_seq, messages_bytes, current_bytes, current_messages, context_tokens"

@@ -58,10 +58,14 @@ TOOLS = [
     for name, description in (("read_file", "Read a file."), ("run_tests", "Run a test file."))
 ]
 
+# These tests follow a thread through condense, truncation and elision: without masking,
+# which tests/compaction/test_mask.py covers (a thread's context is masked like any other).
+NO_MASK = ("condense", "truncate", "elide")
+
 
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
-    return fast_settings(context_dir, token_counter="auto")
+    return fast_settings(context_dir, token_counter="auto", compaction_tiers=NO_MASK)
 
 
 @pytest.fixture(scope="module")
@@ -443,7 +447,9 @@ async def test_get_request_fits_a_thread_over_its_share_by_itself(
     """With condensing out of reach (MIN_TO_COMPRESS above any span), only GET /request's own
     fit can bring the thread under its share: it truncates, and elides a message larger than
     the whole share."""
-    settings = fast_settings(context_dir, token_counter="auto", min_to_compress=1000)
+    settings = fast_settings(
+        context_dir, token_counter="auto", min_to_compress=1000, compaction_tiers=NO_MASK
+    )
     async with running_app(settings) as client:
         uuid, root_latest = await root_task(client)
         tdir = task_dir(context_dir, uuid)
