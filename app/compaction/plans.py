@@ -14,6 +14,9 @@ from app.context.records import record_tokens
 # A compaction marker's field: how many messages it hides (markers written before it was
 # stored count as one each, as they were counted then).
 HIDDEN_MESSAGES = "hidden_messages"
+# About what an elided message still costs (its start and end, and the note between them): what
+# eliding it cannot take away.
+ELIDED_KEEPS = 80
 
 
 @dataclass(frozen=True)
@@ -147,11 +150,12 @@ def by_size(entries: list[Entry], *, minimum: int = 0, excess: int = 0) -> list[
     """Indexes of the entries over ``minimum`` tokens, the candidates for an elision: those
     after what truncation keeps come first, largest first; then the newest summary, then the
     task instruction (cut only when nothing else can give way). System messages only when all
-    the others together could not lose ``excess`` tokens: then, largest first among all, so a
+    the others together could not lose ``excess`` tokens (an elided message keeps about
+    ``ELIDED_KEEPS``): then, largest first among all, so a
     system prompt larger than the whole budget is cut rather than the task refused."""
     candidates = [i for i, e in enumerate(entries) if e.tokens > minimum]
     others = [i for i in candidates if entries[i].role != "system"]
-    if sum(entries[i].tokens for i in others) <= excess:
+    if sum(max(0, entries[i].tokens - ELIDED_KEEPS) for i in others) <= excess:
         return sorted(candidates, key=lambda i: -entries[i].tokens)
     kept = kept_length(entries)
     return sorted(others, key=lambda i: (i < kept, -i if i < kept else -entries[i].tokens))

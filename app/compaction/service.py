@@ -29,7 +29,7 @@ from app.context.files import (
     record_at,
     visible_records,
 )
-from app.context.records import ANCHOR, HeadState, openai_message
+from app.context.records import ANCHOR, HeadState, openai_message, record_tokens
 from app.context.store import ContextStore, LockedTask, utc_timestamp
 from app.db.models import Task
 from app.errors import AppError, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
@@ -411,6 +411,7 @@ class CompactionService:
         condense (a background job's) may find the context under budget already."""
         last: Outcome | None = None
         done: set[str] = set()
+        relaxed = False  # once every tier has been skipped: any gain will do, the payload must fit
         for _ in range(MAX_FIT_ROUNDS):
             measure = await self._measure(task_uuid, thread_id, fmt)
             fmt = measure.fmt
@@ -422,13 +423,17 @@ class CompactionService:
                 if tier in ONCE_PER_FIT:
                     done.add(tier)
                 excess = measure.tokens - measure.budget.allowed
-                step = await self._step(tier, task_uuid, fmt, thread_id, excess)
+                step = await self._step(tier, task_uuid, fmt, thread_id, excess, relaxed)
                 # Measure again after a change, and after any condense: a skipped one may have
                 # waited for another (a background job's) that changed the context.
                 if step.kind != "skipped" or tier == "condense":
                     break
             else:
-                break  # every tier is spent: nothing more can change
+                if relaxed:
+                    break  # every tier is spent: nothing more can change
+                relaxed = True
+                done.discard(MASK)
+                continue
             if step.kind != "skipped":
                 last = step
         measure = await self._measure(task_uuid, thread_id, fmt)
@@ -464,16 +469,17 @@ class CompactionService:
         return last or Outcome("skipped", measure.tokens, measure.tokens, reason="no_tier")
 
     async def _step(
-        self, tier: str, task_uuid: str, fmt: str, thread_id: int, excess: int
+        self, tier: str, task_uuid: str, fmt: str, thread_id: int, excess: int, relaxed: bool
     ) -> Outcome:
-        """One compaction of this tier ("skipped" when it changed nothing)."""
+        """One compaction of this tier ("skipped" when it changed nothing); ``relaxed``: any
+        gain will do."""
         if tier == MASK:
-            return await self.mask(task_uuid, fmt, thread_id=thread_id)
+            return await self.mask(task_uuid, fmt, thread_id=thread_id, explicit=relaxed)
         if tier == "condense":
             step = await self._condense_in_time(task_uuid, fmt, thread_id)
             return step or Outcome("skipped", 0, 0, reason="condense_failed")
         if tier == "truncate":
-            return await self.truncate(task_uuid, fmt, thread_id=thread_id)
+            return await self.truncate(task_uuid, fmt, thread_id=thread_id, explicit=relaxed)
         return await self.elide(task_uuid, excess, fmt, thread_id=thread_id)
 
     async def _measure(self, task_uuid: str, thread_id: int, fmt: str | None) -> "Measure":
@@ -707,10 +713,12 @@ def _elision(
         if ANCHOR in original:  # counted as the most its rendering may cost, not its text
             continue
         message = openai_message(original)
+        # Cut from the message as posted: what an earlier elision already took, and the excess.
+        cut = excess + max(0, record_tokens(original, fmt) - entry.tokens)
         if not arguments:
-            message["content"] = elided(costs.counter, message.get("content"), excess)
+            message["content"] = elided(costs.counter, message.get("content"), cut)
         elif message.get("tool_calls"):
-            message["tool_calls"] = _elided_calls(costs.counter, message["tool_calls"], excess)
+            message["tool_calls"] = _elided_calls(costs.counter, message["tool_calls"], cut)
         cost = costs.message(message)
         if entry.tokens - in_format(*cost, fmt) >= MIN_ELISION_GAIN:
             marker = {**message, "marker": "elision"}
