@@ -74,11 +74,16 @@ class Skip:
 
 
 def head_length(entries: list[Entry]) -> int:
-    """Leading system messages and the first message after them (the task instruction)."""
+    """Leading system messages and the first message after them (the task instruction), with
+    its tool results if it is an assistant's call (a rewind can leave one first): a compaction
+    after the head never starts between a call and its results."""
     index = 0
     while index < len(entries) and entries[index].role == "system":
         index += 1
-    return min(index + 1, len(entries))
+    end = min(index + 1, len(entries))
+    while end < len(entries) and entries[end].role == "tool":
+        end += 1
+    return end
 
 
 def kept_length(entries: list[Entry]) -> int:
@@ -141,6 +146,8 @@ def plan_truncate(entries: list[Entry]) -> Span | Skip:
 
 
 def _with_results(entries: list[Entry], start: int, end: int) -> Span:
+    if start < len(entries) and entries[start].role == "tool":
+        return Span(start, start)  # results without their call: never a span
     while end < len(entries) and entries[end].role == "tool":
         end += 1
     return Span(start, end) if end < len(entries) else Span(start, start)

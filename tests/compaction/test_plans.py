@@ -319,3 +319,15 @@ def test_a_span_counts_the_messages_its_markers_hid_not_the_markers() -> None:
     assert [e.messages for e in items] == [6, 1, 1]
     assert Span(0, 3).messages(items) == 8
     assert Span(1, 3).messages(items) == 2
+
+
+def test_a_head_ending_on_a_call_keeps_its_results() -> None:
+    """A rewind can leave an assistant's call first after the system prompt: its results
+    belong to the head, and no truncation starts on one of them (one started on the last
+    result and hid it alone, leaving its call unanswered in the payload)."""
+    items = entries("satttatta")
+    assert head_length(items) == 5
+    span = plan_truncate(items)
+    assert isinstance(span, Span)
+    assert_pair_safe(items, span)
+    assert span.start == 5
