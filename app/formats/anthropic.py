@@ -24,7 +24,9 @@ How an OpenAI message becomes content blocks:
   is opened, its blocks emitted as they come, and closed when the role changes.
 - Calls are kept only when the next message is a tool result: the store lets nothing else
   follow open calls, so calls followed by anything else (the context's last message, mostly)
-  will never be answered, and the API refuses unanswered ``tool_use``. When the context ends
+  will never be answered, and the API refuses unanswered ``tool_use``. (When such calls are
+  all the context has besides its system prompt, they are kept and answered as below: the
+  API refuses an empty ``messages`` too.) When the context ends
   after some but not all results of a message's calls, each call still open gets an
   ``is_error`` result saying none was recorded.
 - A message that renders to no block is dropped; ``name`` has no Anthropic equivalent.
@@ -302,7 +304,11 @@ class AnthropicRenderer:
             self._emit("user", text_blocks(SYSTEM_PREFIX + text) if text else [], out)
         elif role == "assistant":
             blocks = content_blocks("assistant", message.get("content"))
-            if following is not None and following.get("role") == "tool":
+            answered = following is not None and following.get("role") == "tool"
+            # Calls that only end the context are left out, unless they are all it has to say
+            # (messages may not be empty): then they go, each answered with an is_error result.
+            alone = following is None and not blocks and self._turn is None
+            if answered or alone:
                 blocks += [self._call(call) for call in message.get("tool_calls") or ()]
             self._emit("assistant", blocks, out)
         else:

@@ -306,3 +306,22 @@ def test_no_lines_at_all_is_still_json() -> None:
     payload = orjson.loads(prefix + ANTHROPIC.renderer()(b"", True) + suffix)
     assert payload["messages"] == []
     assert render("anthropic", [], max_output_tokens=10, context_length=100) == prefix + suffix
+
+
+def test_calls_that_are_all_the_context_has_are_kept_and_answered() -> None:
+    """A system prompt and an assistant's unanswered calls (a rewind can leave just that):
+    leaving the calls out would send no message at all, which the API refuses."""
+    messages = [{"role": "system", "content": "rules"}, assistant(call("x"), content=None)]
+    payload = render_json("anthropic", messages)
+    assert payload["system"] == [{"type": "text", "text": "rules"}]
+    assert [turn["role"] for turn in payload["messages"]] == ["assistant", "user"]
+    assert payload["messages"][1]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_00000001",
+            "content": NO_RESULT,
+            "is_error": True,
+        }
+    ]
+    extra = ANTHROPIC.payload_tokens(COUNTER, payload) - stored_sum(messages)
+    assert extra <= unanswered_result_tokens(COUNTER)
