@@ -43,7 +43,8 @@ def is_marker(record: dict[str, Any]) -> bool:
 
 
 def marker_kind(record: dict[str, Any]) -> str | None:
-    """ "condense", "truncation", "elision" or "rewind" for a marker; None for a message."""
+    """The marker's kind (condense, truncation, elision, mask, rewind, lost); None for a
+    message."""
     return str(record["marker"]) if is_marker(record) else None
 
 

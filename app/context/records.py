@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from app.context.effective import is_marker
+from app.context.effective import MASKED_BY, is_marker
 from app.errors import Conflict, InvalidInput, TooLarge
 from app.storage.jsonl import dumps_line
 from app.tokens.calibration import reported_output_tokens, reported_prompt_tokens
@@ -47,6 +47,7 @@ RESERVED_FIELDS = frozenset(
         "to_seq",
         "include_target",
         "summary_id",
+        MASKED_BY,
         ANCHOR,
     }
 )
