@@ -138,7 +138,9 @@ def test_many_stalled_clients_do_not_lock_a_new_one_out(servers: ServerPool) -> 
     finally:
         for sock in stalled:
             sock.close()
-    assert set(answers) == {408, 503}, answers
+    # Each stalled client is cut off (408) or was never admitted (503); how many were admitted
+    # depends on when the server read them, but never more than the limit.
+    assert set(answers) <= {408, 503}, answers
     assert answers.count(408) <= 20
     with httpx.Client(base_url=target.base_url, timeout=10) as http:
         assert http.get("/healthz").status_code == 200
