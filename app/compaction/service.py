@@ -306,23 +306,16 @@ class CompactionService:
             floor = 1 if explicit else self.settings.mask_min_tokens
             if gain < floor or self._too_little(gain, before, explicit=explicit):
                 return Outcome("skipped", before, before, reason="too_little_gain")
-            now = utc_timestamp()
-            marker = {"marker": MASK, "masks": masks, "timestamp": now, "tokens": 0}
-            summary = {
-                "kind": MASK,
-                "start_seq": masks[0]["seq"],
-                "end_seq": masks[-1]["seq"],
-                "masked_seqs": [m["seq"] for m in masks],
-                "summary": "",
-                "original_tokens": original,
-                "summary_tokens": placeholders,
-                "ratio": round(placeholders / original, 4) if original else 0.0,
-                "compressed_message_count": len(masks),
-                "tokens_saved": original - placeholders,
-                "summarizer": None,
-                "counted_as": fmt,
-                "created_at": now,
-                "timestamp": now,
+            seqs = [m["seq"] for m in masks]
+            summary = summary_fields(
+                MASK, (seqs[0], seqs[-1]), original, placeholders, len(masks), fmt
+            )
+            summary["masked_seqs"] = seqs
+            marker = {
+                "marker": MASK,
+                "masks": masks,
+                "timestamp": summary["timestamp"],
+                "tokens": 0,
             }
             new_head, record = await asyncio.to_thread(
                 commit_marker, files, head, marker, summary, fsync=self.store.fsync
@@ -584,27 +577,16 @@ class CompactionService:
         fmt: str,
         cost: tuple[int, FormatTokens],
     ) -> dict[str, Any]:
-        """A summaries.jsonl record: seed 000 §11.3 and seed 001 §3.5 fields, plus kind.
-        Token figures are as ``fmt`` renders the context (``counted_as``)."""
-        start, end = span.hides(entries)
-        original = span.tokens(entries)
-        tokens = in_format(*cost, fmt)
-        now = utc_timestamp()
-        return {
-            "kind": kind,
-            "start_seq": start,
-            "end_seq": end,
-            "summary": summary,
-            "original_tokens": original,
-            "summary_tokens": tokens,
-            "ratio": round(tokens / original, 4) if original else 0.0,
-            "compressed_message_count": span.messages(entries),
-            "tokens_saved": original - tokens,
-            "summarizer": None,
-            "counted_as": fmt,
-            "created_at": now,
-            "timestamp": now,
-        }
+        """The summaries.jsonl record of a compaction over ``span``."""
+        record = summary_fields(
+            kind,
+            span.hides(entries),
+            span.tokens(entries),
+            in_format(*cost, fmt),
+            span.messages(entries),
+            fmt,
+        )
+        return record | {"summary": summary}
 
     async def _commit(
         self,
@@ -649,6 +631,29 @@ class CompactionService:
             summary_id=record.get("summary_id"),
             hidden_messages=hidden,
         )
+
+
+def summary_fields(
+    kind: str, seqs: tuple[int, int], original: int, tokens: int, messages: int, fmt: str
+) -> dict[str, Any]:
+    """A summaries.jsonl record: what a compaction of ``kind`` did over ``seqs``, its token
+    figures as ``fmt`` renders the context (``counted_as``)."""
+    now = utc_timestamp()
+    return {
+        "kind": kind,
+        "start_seq": seqs[0],
+        "end_seq": seqs[1],
+        "summary": "",
+        "original_tokens": original,
+        "summary_tokens": tokens,
+        "ratio": round(tokens / original, 4) if original else 0.0,
+        "compressed_message_count": messages,
+        "tokens_saved": original - tokens,
+        "summarizer": None,
+        "counted_as": fmt,
+        "created_at": now,
+        "timestamp": now,
+    }
 
 
 def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:
