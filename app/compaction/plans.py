@@ -14,9 +14,12 @@ from app.context.records import record_tokens
 # A compaction marker's field: how many messages it hides (markers written before it was
 # stored count as one each, as they were counted then).
 HIDDEN_MESSAGES = "hidden_messages"
-# About what an elided message still costs (its start and end, and the note between them): what
-# eliding it cannot take away.
-ELIDED_KEEPS = 80
+# The text an elision leaves of a message, at the least: its start and end, this many tokens
+# together (enough to say what the message was).
+ELIDED_TEXT_TOKENS = 32
+# About what an elided message still costs (that text, the note between its halves, the
+# message's own overhead): what eliding it cannot take away.
+ELIDED_KEEPS = 64
 
 
 @dataclass(frozen=True)

@@ -772,11 +772,13 @@ def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
 
 
 def elided(counter: TextCounter, content: Any, excess: int) -> str:
-    """The content with its middle cut so that about ``excess`` (+10%) tokens go."""
+    """The content with its middle cut so that about ``excess`` (+10%) tokens go, keeping at
+    least ``ELIDED_TEXT_TOKENS`` of its start and end."""
     text = plain_text(content)
     tokens = max(1, content_tokens(counter, text))
     chars_per_token = len(text) / tokens
-    cut = min(len(text) - 200, int((excess * 1.1 + 64) * chars_per_token))
+    kept = int(plans.ELIDED_TEXT_TOKENS * chars_per_token)
+    cut = min(len(text) - kept, int((excess * 1.1 + 64) * chars_per_token))
     if cut <= 0:
         return text
     keep = (len(text) - cut) // 2

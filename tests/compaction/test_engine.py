@@ -653,6 +653,39 @@ async def test_a_system_prompt_over_the_budget_is_elided_as_a_last_resort(
     assert instruction == INSTRUCTION
 
 
+async def test_dense_messages_are_elided_to_fit_a_tiny_calibrated_budget(
+    client: httpx.AsyncClient,
+) -> None:
+    """A 1k window the provider counts three times ours (a 264-token budget), and a last call
+    whose three results are in scripts that cost a token every few characters: elision cuts
+    each down to a short start and end, so the payload fits. Regression: elision kept 200
+    characters of every message, 70-90 tokens of such text, and GET /request answered 413."""
+    uuid = await new_task(client, context_length=1024, max_output_tokens=128)
+    dense = "𠮷齉龘靐鬱 👩🏽‍🔬 " * 100
+    await append(client, uuid, [{"role": "user", "content": dense}])
+    _, served, _ = await payload(client, uuid)  # what the reply's usage calibrates against
+    reply = {"role": "assistant", "content": "Looking.", "usage": {"prompt_tokens": served * 3}}
+    calls = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+            for i in range(3)
+        ],
+    }
+    results = [{"role": "tool", "tool_call_id": f"call_{i}", "content": dense} for i in range(3)]
+    await append(client, uuid, [reply, calls, *results])
+
+    body, tokens, budget = await payload(client, uuid)
+
+    assert budget == 264  # (1024 * 0.9 - 128) / 3, the calibration's largest factor
+    assert tokens <= budget
+    last = body["messages"][-1]["content"]
+    assert ELISION_TEXT in last
+    assert last.startswith(dense[:10])
+    assert last.endswith(dense[-10:])
+
+
 # -- rewind -----------------------------------------------------------------------------------
 
 
