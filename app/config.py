@@ -159,6 +159,14 @@ class Settings(BaseSettings):
         description="A mask, condense or truncation that would free less than this share of the "
         "context is skipped for the next tier (no compaction loops).",
     )
+    relief_share: float = Field(
+        0.4,
+        gt=0,
+        le=1,
+        description="A background compaction goes on (masking, then condensing) until the "
+        "context is under this share of its threshold: room for several turns before the next "
+        "one, so the prompt's prefix (the provider's cache) is not broken turn after turn.",
+    )
     keep_recent: int = Field(5, ge=1, description="Messages a condense always keeps at the end.")
     min_to_compress: int = Field(5, ge=1, description="Fewer messages than this: no condense.")
     condense_prompt: str = Field(

@@ -6,7 +6,8 @@ digest of a huge context costs little memory. The result is plain text of at mos
 
     First user message  given apart (the task, which the context keeps): its start, for reference
     Earlier summaries   what an earlier condense summary said beyond the lists below
-    User requests       verbatim; long ones cut in the middle with a marker
+    User requests       verbatim; long ones cut in the middle with a marker; with those a
+                        truncation marker quoted
     Assistant notes     the first sentence(s) of assistant texts
     Tool calls          name, salient argument, outcome (ok/error and the first meaningful line)
     Errors              error-like lines from tool results and messages, each once; lines that
@@ -41,13 +42,14 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from app.compaction.excerpts import ELLIPSIS, cut_end, normalize
+from app.compaction.truncation import quotes_in
 from app.context.effective import marker_kind
 from app.planning.items import OPEN_STATUSES, ChecklistItem, item_line, open_items
 
 DEFAULT_MAX_CHARS = 6000
 CHARS_PER_TOKEN = 4  # where a digest sized in tokens starts
 MAX_RESIZES = 4
-ELLIPSIS = "…"
 ROOT_TOKEN = "$ROOT"
 
 # Where a path was found, best first: what a tool acted on (a path argument, a command), what a
@@ -61,7 +63,7 @@ MAX_PATHS = 600
 MAX_DROPPED_PATHS = 10_000
 MAX_SEEN_ERRORS = 5_000
 MAX_ERRORS_HEAD, MAX_ERRORS_TAIL = 20, 60
-MAX_USERS_HEAD, MAX_USERS_TAIL = 3, 12
+MAX_USERS_HEAD, MAX_USERS_TAIL = 5, 95
 MAX_NOTES_HEAD, MAX_NOTES_TAIL = 3, 40
 MAX_CALLS_HEAD, MAX_CALLS_TAIL = 3, 60
 MAX_PENDING_CALLS = 256
@@ -136,17 +138,6 @@ _BOILERPLATE_RE = re.compile(
 _MEANINGFUL_RE = re.compile(r"[^\W_]")
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])|\n")  # and CJK stops
 _SHELL_WRAPPER_RE = re.compile(r"^(?:ba)?sh -lc (['\"])(.*)\1$", re.DOTALL)
-
-
-def normalize(text: str) -> str:
-    """Collapse runs of whitespace to one space: the form in which excerpts are quoted."""
-    return " ".join(text.split())
-
-
-def cut_end(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[: limit - 1].rstrip() + ELLIPSIS if limit > 0 else ""
 
 
 def cut_middle(text: str, limit: int, head: int, tail: int) -> str:
@@ -737,8 +728,12 @@ class DigestState:
 
     def add(self, record: dict[str, Any]) -> None:
         marker = marker_kind(record)
-        if not record.get("role") or marker == "truncation":
-            return  # a rewind or truncation marker: nothing said in it
+        if marker == "truncation":  # the user's messages it hid, quoted: requests still
+            for quote in quotes_in(content_text(record.get("content"))):
+                self.users.add(quote)
+            return
+        if not record.get("role"):
+            return  # a rewind marker: nothing said in it
         if marker == "condense":  # an earlier summary: kept as such, not as a user request
             self._add_earlier(record)
             return
@@ -1133,20 +1128,20 @@ _ORDER = (
 )
 _SHARES = {
     KEPT_TITLE: 0.05,  # only with a kept message: the shares of the span's sections add to 1
-    EARLIER: 0.2,  # an empty section leaves its share to the others
-    "Files": 0.2,
+    EARLIER: 0.14,  # an empty section leaves its share to the others
+    "Files": 0.18,
     "Errors": 0.14,
-    "User requests": 0.16,
+    "User requests": 0.24,
     "Latest state": 0.1,
     "Tool calls": 0.12,
     "Assistant notes": 0.08,
     OUTPUT_PATHS: 0.0,
 }
 _PRIORITY = (
+    "User requests",  # what the user asked: the one thing an agent may never forget
     EARLIER,
     "Files",
     "Errors",
-    "User requests",
     "Latest state",
     "Tool calls",
     "Assistant notes",

@@ -17,9 +17,6 @@ HIDDEN_MESSAGES = "hidden_messages"
 # The text an elision leaves of a message, at the least: its start and end, this many tokens
 # together (enough to say what the message was).
 ELIDED_TEXT_TOKENS = 32
-# About what an elided message still costs (that text, the note between its halves, the
-# message's own overhead): what eliding it cannot take away.
-ELIDED_KEEPS = 64
 
 
 @dataclass(frozen=True)
@@ -77,14 +74,18 @@ class Skip:
 
 
 def head_length(entries: list[Entry]) -> int:
-    """Leading system messages and the first message after them (the task instruction), with
-    its tool results if it is an assistant's call (a rewind can leave one first): a compaction
-    after the head never starts between a call and its results."""
+    """Leading system messages and the task instruction after them: every user message before
+    the agent's first reply (an agent may give a demonstration, then the task), or the first
+    message with its tool results if it is an assistant's call (a rewind can leave one first:
+    a compaction after the head never starts between a call and its results)."""
     index = 0
     while index < len(entries) and entries[index].role == "system":
         index += 1
     end = min(index + 1, len(entries))
-    while end < len(entries) and entries[end].role == "tool":
+    while end < len(entries) and (
+        entries[end].role == "tool"
+        or (entries[index].role == entries[end].role == "user" and not entries[end].marker)
+    ):
         end += 1
     return end
 
@@ -156,16 +157,18 @@ def _with_results(entries: list[Entry], start: int, end: int) -> Span:
     return Span(start, end) if end < len(entries) else Span(start, start)
 
 
-def by_size(entries: list[Entry], *, minimum: int = 0, excess: int = 0) -> list[int]:
-    """Indexes of the entries over ``minimum`` tokens, the candidates for an elision: those
-    after what truncation keeps come first, largest first; then the newest summary, then the
-    task instruction (cut only when nothing else can give way). System messages only when all
-    the others together could not lose ``excess`` tokens (an elided message keeps about
-    ``ELIDED_KEEPS``): then, largest first among all, so a
-    system prompt larger than the whole budget is cut rather than the task refused."""
-    candidates = [i for i, e in enumerate(entries) if e.tokens > minimum]
-    others = [i for i in candidates if entries[i].role != "system"]
-    if sum(max(0, entries[i].tokens - ELIDED_KEEPS) for i in others) <= excess:
-        return sorted(candidates, key=lambda i: -entries[i].tokens)
+def elision_order(entries: list[Entry], *, minimum: int = 0) -> tuple[list[int], list[int]]:
+    """Indexes of the entries over ``minimum`` tokens, the candidates for an elision, in two
+    groups tried in turn: those after what truncation keeps, largest first; then what it
+    keeps: the head (system messages, the task instruction), where the largest gives way first
+    (a system prompt larger than the budget is cut before a short task statement, a long
+    demonstration before a short system prompt: else the task could only be refused, or its
+    statement cut to nothing beside a prompt that dwarfs it), and the newest summary last of
+    all (the memory of everything it hides, already bounded)."""
     kept = kept_length(entries)
-    return sorted(others, key=lambda i: (i < kept, -i if i < kept else -entries[i].tokens))
+    candidates = sorted(
+        (i for i, e in enumerate(entries) if e.tokens > minimum), key=lambda i: -entries[i].tokens
+    )
+    recent = [i for i in candidates if i >= kept and entries[i].role != "system"]
+    lasting = [i for i in candidates if i not in recent]
+    return recent, sorted(lasting, key=lambda i: entries[i].marker == "condense")

@@ -21,6 +21,7 @@ from app.compaction.extractive import grouped_errors
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.policy import Budget
 from app.compaction.summarizer import Summarizer, SummaryLimit
+from app.compaction.truncation import truncation_text, user_quotes
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
 from app.context.files import (
@@ -47,7 +48,6 @@ from app.tokens.counters import TextCounter
 log = logging.getLogger(__name__)
 
 Strategy = Literal["auto", "mask", "condense", "truncate"]
-TRUNCATION_TEXT = "[Sliding window truncation: {count} messages hidden to reduce context]"
 SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
 ELISION_TEXT = "\n[... {cut} characters elided to fit the context window ...]\n"
 MAX_FIT_ROUNDS = 12
@@ -354,7 +354,13 @@ class CompactionService:
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
-            content = TRUNCATION_TEXT.format(count=plan.messages(entries))
+            quotes = await asyncio.to_thread(_hidden_user_quotes, files, head, plan.hides(entries))
+            content = truncation_text(
+                plan.messages(entries),
+                quotes,
+                self.store.counting.costs(locked.task.token_counter).counter,
+                self.tasks.context_budget(locked).allowed,
+            )
             marker = {"role": "user", "content": content, "marker": "truncation"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= plan.tokens(entries):  # e.g. only an older marker
@@ -455,7 +461,7 @@ class CompactionService:
             if step.kind != "skipped":
                 last = step
                 measure = await self._measure(task_uuid, thread_id, measure.fmt)
-                if measure.tokens < measure.budget.threshold:
+                if measure.tokens < measure.budget.threshold * self.settings.relief_share:
                     break
             elif last is None:
                 last = step
@@ -677,6 +683,11 @@ def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[st
             yield record
 
 
+def _hidden_user_quotes(files: ContextFiles, head: HeadState, hides: tuple[int, int]) -> list[str]:
+    with open(files.messages, "rb") as f:
+        return user_quotes(span_records(f, head.messages_bytes, *hides))
+
+
 def _read_seq(files: ContextFiles, seq: int, end: int) -> dict[str, Any] | None:
     with open(files.messages, "rb") as f:
         return record_at(f, seq, end)
@@ -698,16 +709,11 @@ def _elision(
 ) -> tuple[int, dict[str, Any], tuple[int, FormatTokens]] | None:
     """The entry to elide, its elision marker and the marker's cost; None if none gains.
 
-    Contents first, largest first; a tool call's arguments (a file written, say) only when no
-    content can give way.
+    In ``plans.elision_order``; within each group contents first, a tool call's arguments (a
+    file written, say) only when no content can give way.
     """
-    candidates = plans.by_size(entries, minimum=64, excess=excess)
-    # The instruction and the newest summary last of all; but when system messages are among
-    # the candidates (nothing else could lose the excess), the largest goes first, whatever it is.
-    kept = 0 if any(entries[i].role == "system" for i in candidates) else plans.kept_length(entries)
     attempts = []
-    for protected in (False, True):
-        group = [i for i in candidates if (i < kept) == protected]
+    for group in plans.elision_order(entries, minimum=64):
         attempts += [(i, False) for i in group]
         attempts += [(i, True) for i in group if entries[i].role == "assistant"]
     for index, arguments in attempts:
@@ -781,8 +787,9 @@ def elided(counter: TextCounter, content: Any, excess: int) -> str:
     cut = min(len(text) - kept, int((excess * 1.1 + 64) * chars_per_token))
     if cut <= 0:
         return text
-    keep = (len(text) - cut) // 2
-    return text[:keep] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - keep :]
+    start = (len(text) - cut) * 2 // 3  # a message's start says most of what it is
+    end = len(text) - cut - start
+    return text[:start] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - end :]
 
 
 def _masks(

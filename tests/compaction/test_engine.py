@@ -355,7 +355,15 @@ async def test_truncate_hides_half_with_a_marker(
     assert outcome["tokens_after"] < outcome["tokens_before"]
     body, tokens, _ = await payload(client, uuid)
     assert tokens == outcome["tokens_after"]
-    text = "[Sliding window truncation: 6 messages hidden to reduce context]"
+    # The user messages it hides are quoted, their first 240 characters: seqs 4, 6 and 8.
+    quoted = [f"- [seq {seq}] {posted[seq - 2]['content'][:239].rstrip()}…" for seq in (4, 6, 8)]
+    text = "\n".join(
+        [
+            "[Sliding window truncation: 6 messages hidden to reduce context]",
+            "The user's messages among them (their starts):",
+            *quoted,
+        ]
+    )
     assert body["messages"] == [SYSTEM, INSTRUCTION, {"role": "user", "content": text}, *posted[7:]]
     records = await history(client, uuid)
     assert records[-1]["marker"] == "truncation"
@@ -399,7 +407,10 @@ async def test_a_second_truncation_counts_the_messages_the_first_one_hid(
 
     assert (first["hidden_messages"], second["hidden_messages"]) == (6, 7)
     body, _, _ = await payload(client, uuid)
-    text = "[Sliding window truncation: 7 messages hidden to reduce context]"
+    # The first marker's quotes carried along (no user message among the turn it adds).
+    first_text = (await history(client, uuid))[-2]["content"]
+    text = first_text.replace("6 messages hidden", "7 messages hidden")
+    assert text.count("- [seq ") == 3
     assert body["messages"] == [SYSTEM, INSTRUCTION, {"role": "user", "content": text}, *posted[8:]]
     # Every message is either shown or counted by exactly one marker shown.
     shown = len(body["messages"]) - len(shown_counts(body["messages"]))

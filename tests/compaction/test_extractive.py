@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from app.compaction.excerpts import normalize
 from app.compaction.extractive import (
     KEPT_MAX,
     KEPT_TITLE,
@@ -23,13 +24,15 @@ from app.compaction.extractive import (
     extractive_digest,
     find_error_lines,
     find_paths,
-    normalize,
     parse_arguments,
     record_errors,
     record_paths,
     render,
     shows_error_line,
 )
+from app.compaction.truncation import truncation_text
+from app.context.effective import MARKER_TYPE
+from app.tokens.counters import counter_for
 from tests.conftest import CORPUS
 
 Record = dict[str, Any]
@@ -71,6 +74,9 @@ def parse(digest: str) -> tuple[str | None, dict[str, list[str]]]:
         else:
             current = None
     return root, sections
+
+
+COUNTER = counter_for("gpt-4o", "auto")
 
 
 def listed(digest: str, *titles: str) -> list[str]:
@@ -532,3 +538,19 @@ def test_a_digest_of_a_digest_folds_its_lists_in() -> None:
     assert kept_earlier.startswith("Earlier: fixed src/x.py.")
     assert CUT_MARK in kept_earlier
     assert folded.startswith("Extractive digest of 16 messages")
+
+
+def test_the_requests_a_truncation_marker_quoted_are_user_requests_still() -> None:
+    """A condense over an earlier truncation marker keeps the user's messages it quoted (and
+    counts the marker as no message)."""
+    quoted = truncation_text(6, ["[seq 4] Keep the old date format working."], COUNTER, 10_000)
+    records = [
+        {"type": MARKER_TYPE, "seq": 9, "role": "user", "content": quoted, "marker": "truncation"},
+        {"seq": 10, "role": "user", "content": "Now add a test for it."},
+    ]
+    digest = extractive_digest(records)
+    assert listed(digest, "User requests") == [
+        "[seq 4] Keep the old date format working.",
+        "[seq 10] Now add a test for it.",
+    ]
+    assert digest.startswith("Extractive digest of 1 messages (seq 10-10): 1 user")

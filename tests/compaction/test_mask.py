@@ -250,3 +250,32 @@ async def test_the_background_compaction_masks_first(settings: Settings, context
         assert [s["kind"] for s in summaries] == ["mask"]  # under the threshold after it
         metrics = (await client.get("/metrics")).text
         assert 'context_compactions_total{kind="mask"}' in metrics
+
+
+@pytest.mark.parametrize(("relief_share", "kinds"), [(1.0, ["mask"]), (0.4, ["mask", "condense"])])
+async def test_the_background_compaction_goes_on_down_to_its_relief_level(
+    context_dir: Path, relief_share: float, kinds: list[str]
+) -> None:
+    """Masking that leaves the context under its threshold but above RELIEF_SHARE of it is
+    followed by a condense: a compaction frees room for several turns, rather than the next
+    append crossing the threshold again (and breaking the prompt's prefix again)."""
+    settings = Settings(context_dir=context_dir, job_backoff_s=0, relief_share=relief_share)
+    async with running_app(settings) as client:
+        body = task_body(
+            system_prompt=SYSTEM["content"],
+            context_length=16_000,
+            max_output_tokens=1000,
+            compaction={"keep_tool_results": 10},
+        )
+        response = await client.post("/tasks", json=body)
+        assert response.status_code == 201, response.text
+        uuid = response.json()["uuid"]
+        await append(client, uuid, [INSTRUCTION])
+        for i in range(18):  # ~700 tokens each: the threshold (11,200) is crossed
+            response = await client.post(f"/tasks/{uuid}/messages", json={"messages": tool_turn(i)})
+            assert response.status_code == 201, response.text
+        await settled_jobs(client, uuid)
+        summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+        assert [s["kind"] for s in summaries] == kinds
+        context = (await client.get(f"/tasks/{uuid}/context")).json()
+        assert context["tokens"] < context["threshold"]

@@ -11,7 +11,7 @@ from app.compaction.plans import (
     Entry,
     Skip,
     Span,
-    by_size,
+    elision_order,
     head_length,
     plan_condense,
     plan_truncate,
@@ -50,6 +50,11 @@ def test_head_is_leading_system_messages_and_the_first_other_message() -> None:
     assert head_length(entries("uaua")) == 1
     assert head_length(entries("ss")) == 2
     assert head_length([]) == 0
+    # Every user message before the first reply (a demonstration, then the task), but not a
+    # compaction marker after them.
+    assert head_length(entries("suuua")) == 4
+    assert head_length(entries("suca")) == 2
+    assert head_length(entries("suur")) == 3
 
 
 def test_condense_keeps_head_and_last_keep_recent() -> None:
@@ -287,21 +292,25 @@ def test_truncate_plans_are_always_pair_safe(spec: str) -> None:
         assert items[plan.end - 1].role == "tool"
 
 
-def test_elision_candidates_are_non_system_entries_largest_first() -> None:
-    """The system prompt is not an elision target while another message could lose the excess
-    alone; small entries are not candidates; equal sizes keep their order."""
+def test_elision_candidates_after_what_truncation_keeps_go_first_largest_first() -> None:
+    """Entries after the head come first, largest first; small entries are not candidates;
+    the system prompt waits with the head."""
     items = entries("suatu", [900, 10, 200, 500, 200])
-    assert by_size(items, minimum=64) == [3, 2, 4]
-    assert by_size(items, minimum=64, excess=499) == [3, 2, 4]
-    assert by_size([]) == []
+    assert elision_order(items, minimum=64) == ([3, 2, 4], [0])
+    assert elision_order([]) == ([], [])
 
 
-def test_a_system_prompt_larger_than_the_budget_becomes_a_candidate() -> None:
-    """When all the other messages together could not lose the excess, system messages join,
-    largest first (else the task could only be refused)."""
+def test_what_truncation_keeps_gives_way_largest_first() -> None:
+    """System messages, the instruction and the newest summary compete by size: a system
+    prompt larger than the budget is cut before a short instruction, and a long first user
+    message (a demonstration) before a short system prompt."""
     items = entries("ssuatu", [4000, 6000, 300, 200, 500, 200])
-    assert by_size(items, minimum=64, excess=3000) == [1, 0, 4, 2, 3, 5]
-    assert by_size(entries("ss", [900, 900])) == [0, 1]
+    assert elision_order(items, minimum=64) == ([4, 3, 5], [1, 0, 2])
+    # A demonstration, then the task: both user messages before the first reply are the
+    # instruction, kept; the demonstration gives way first.
+    demonstration = entries("suuat", [1200, 5000, 1100, 100, 100])
+    assert elision_order(demonstration, minimum=64) == ([3, 4], [1, 0, 2])
+    assert elision_order(entries("ss", [900, 900])) == ([], [0, 1])
 
 
 def test_a_span_counts_the_messages_its_markers_hid_not_the_markers() -> None:
