@@ -43,7 +43,6 @@ from itertools import islice
 from typing import Any
 
 from app.compaction.excerpts import ELLIPSIS, cut_end, normalize
-from app.compaction.truncation import quotes_in
 from app.context.effective import marker_kind
 from app.planning.items import OPEN_STATUSES, ChecklistItem, item_line, open_items
 
@@ -728,9 +727,10 @@ class DigestState:
 
     def add(self, record: dict[str, Any]) -> None:
         marker = marker_kind(record)
-        if marker == "truncation":  # the user's messages it hid, quoted: requests still
-            for quote in quotes_in(content_text(record.get("content"))):
-                self.users.add(quote)
+        if marker == "truncation":  # the facts it listed of what it hid join these lists
+            for title, items in listed_sections(content_text(record.get("content"))).items():
+                for item in items:
+                    self._fold(title, item)
             return
         if not record.get("role"):
             return  # a rewind marker: nothing said in it
@@ -787,20 +787,20 @@ class DigestState:
         to what the list leaves out); False if this digest keeps no such list."""
         more = _MORE_ITEMS_RE.fullmatch(item)
         left_out = int(more.group(1)) if more else 0
-        if title in ("Files", OUTPUT_PATHS):
+        if title in (FILES, OUTPUT_PATHS):
             # A path in Files was acted on or mentioned: it ranks as acted on, kept first.
-            tier = TIER_ACTED if title == "Files" else TIER_OUTPUT
+            tier = TIER_ACTED if title == FILES else TIER_OUTPUT
             if more:
                 self.paths.dropped_counts[tier] += left_out
             else:
                 self.paths.add(item, tier)
-        elif title == "Errors":
+        elif title == ERRORS:
             if more:
                 self.errors.dropped += left_out
             else:
                 self.errors.add_item(item)
-        elif title in ("User requests", "Assistant notes", "Tool calls"):
-            collected = {"User requests": self.users, "Assistant notes": self.notes}.get(
+        elif title in (USER_REQUESTS, "Assistant notes", "Tool calls"):
+            collected = {USER_REQUESTS: self.users, "Assistant notes": self.notes}.get(
                 title, self.calls
             )
             if more:
@@ -853,21 +853,26 @@ def digest_sections(text: str) -> dict[str, list[str]] | None:
         lines = lines[1:]
     if not lines or not lines[0].startswith(DIGEST_TITLE):
         return None
-    sections: dict[str, list[str]] = {DIGEST_TITLE: [lines[0]]}
-    root = None
+    root_line = f"{ROOT_TOKEN} = "
+    root = lines[1].removeprefix(root_line) if lines[1:2] and lines[1].startswith(root_line) else ""
+    sections = {DIGEST_TITLE: [lines[0]], **listed_sections("\n".join(lines[2 if root else 1 :]))}
+    if root:
+        for items in sections.values():
+            items[:] = [item.replace(ROOT_TOKEN, root) for item in items]
+    return sections
+
+
+def listed_sections(text: str) -> dict[str, list[str]]:
+    """The "- " items of each "Title:" block of a text (a digest's body, a truncation marker)."""
+    sections: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in lines[1:]:
-        if line.startswith(f"{ROOT_TOKEN} = ") and not root and len(sections) == 1:
-            root = line.removeprefix(f"{ROOT_TOKEN} = ")
-        elif line.startswith("- ") and current is not None:
+    for line in text.split("\n"):
+        if line.startswith("- ") and current is not None:
             current.append(line[2:])
         elif line.endswith(":") and not line.startswith("- "):
             current = sections.setdefault(line[:-1], [])
         else:
             current = None
-    if root:
-        for items in sections.values():
-            items[:] = [item.replace(ROOT_TOKEN, root) for item in items]
     return sections
 
 
@@ -982,7 +987,7 @@ def _errors_section(errors: ErrorGroups, shown: Callable[[str], str]) -> Section
     for index in range(min(errors.head, len(groups))):
         ranks[index] = min(ranks[index], 2 * index + 1)
     return ErrorsSection(
-        "Errors",
+        ERRORS,
         [shown(group.render()) for group in groups],
         ranks,
         dropped=errors.dropped,
@@ -1098,11 +1103,11 @@ def _sections(state: DigestState, root: str | None) -> dict[str, Section]:
     return {
         KEPT_TITLE: Section(KEPT_TITLE, kept, list(range(len(kept)))),
         EARLIER: EarlierSection.of(_stream_section(EARLIER, state.earlier, short)),
-        "User requests": _stream_section("User requests", state.users, short),
+        USER_REQUESTS: _stream_section(USER_REQUESTS, state.users, short),
         "Assistant notes": _stream_section("Assistant notes", state.notes, short),
         "Tool calls": _stream_section("Tool calls", state.calls, short_call),
-        "Errors": _errors_section(state.errors, short),
-        "Files": _paths_section("Files", state.paths, range(TIER_OUTPUT), root),
+        ERRORS: _errors_section(state.errors, short),
+        FILES: _paths_section(FILES, state.paths, range(TIER_OUTPUT), root),
         "Latest state": Section("Latest state", latest, list(range(len(latest)))),
         OUTPUT_PATHS: _paths_section(
             OUTPUT_PATHS, state.paths, range(TIER_OUTPUT, TIER_OUTPUT + 1), root
@@ -1113,35 +1118,38 @@ def _sections(state: DigestState, root: str | None) -> dict[str, Section]:
 # Display order; the share of the budget each section gets first; who gets what is left, in turn.
 # Paths only seen in tool output come last: they get what no other section wants.
 OUTPUT_PATHS = "Other paths seen in tool output"
+USER_REQUESTS = "User requests"
+FILES = "Files"
+ERRORS = "Errors"
 EARLIER = "Earlier summaries"
 KEPT_TITLE = "First user message (kept in the context, for reference)"
 _ORDER = (
     KEPT_TITLE,
     EARLIER,
-    "User requests",
+    USER_REQUESTS,
     "Assistant notes",
     "Tool calls",
-    "Errors",
-    "Files",
+    ERRORS,
+    FILES,
     OUTPUT_PATHS,
     "Latest state",
 )
 _SHARES = {
     KEPT_TITLE: 0.05,  # only with a kept message: the shares of the span's sections add to 1
     EARLIER: 0.14,  # an empty section leaves its share to the others
-    "Files": 0.18,
-    "Errors": 0.14,
-    "User requests": 0.24,
+    FILES: 0.18,
+    ERRORS: 0.14,
+    USER_REQUESTS: 0.24,
     "Latest state": 0.1,
     "Tool calls": 0.12,
     "Assistant notes": 0.08,
     OUTPUT_PATHS: 0.0,
 }
 _PRIORITY = (
-    "User requests",  # what the user asked: the one thing an agent may never forget
+    USER_REQUESTS,  # what the user asked: the one thing an agent may never forget
     EARLIER,
-    "Files",
-    "Errors",
+    FILES,
+    ERRORS,
     "Latest state",
     "Tool calls",
     "Assistant notes",

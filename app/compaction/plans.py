@@ -14,6 +14,8 @@ from app.context.records import record_tokens
 # A compaction marker's field: how many messages it hides (markers written before it was
 # stored count as one each, as they were counted then).
 HIDDEN_MESSAGES = "hidden_messages"
+# Markers that stand for what they hide (a summary, a truncation's list of facts): cut last.
+MEMORY_KINDS = ("condense", "truncation")
 # The text an elision leaves of a message, at the least: its start and end, this many tokens
 # together (enough to say what the message was).
 ELIDED_TEXT_TOKENS = 32
@@ -159,16 +161,20 @@ def _with_results(entries: list[Entry], start: int, end: int) -> Span:
 
 def elision_order(entries: list[Entry], *, minimum: int = 0) -> tuple[list[int], list[int]]:
     """Indexes of the entries over ``minimum`` tokens, the candidates for an elision, in two
-    groups tried in turn: those after what truncation keeps, largest first; then what it
-    keeps: the head (system messages, the task instruction), where the largest gives way first
-    (a system prompt larger than the budget is cut before a short task statement, a long
-    demonstration before a short system prompt: else the task could only be refused, or its
-    statement cut to nothing beside a prompt that dwarfs it), and the newest summary last of
-    all (the memory of everything it hides, already bounded)."""
+    groups tried in turn: the messages after what truncation keeps, largest first; then the
+    head (system messages, the task instruction), where the largest gives way first (a system
+    prompt larger than the budget is cut before a short task statement, a long demonstration
+    before a short system prompt: else the task could only be refused, or its statement cut to
+    nothing beside a prompt that dwarfs it), and last of all the summaries and truncation
+    markers (the memory of everything they hide, already bounded)."""
     kept = kept_length(entries)
     candidates = sorted(
         (i for i, e in enumerate(entries) if e.tokens > minimum), key=lambda i: -entries[i].tokens
     )
-    recent = [i for i in candidates if i >= kept and entries[i].role != "system"]
+    recent = [
+        i
+        for i in candidates
+        if i >= kept and entries[i].role != "system" and entries[i].marker not in MEMORY_KINDS
+    ]
     lasting = [i for i in candidates if i not in recent]
-    return recent, sorted(lasting, key=lambda i: entries[i].marker == "condense")
+    return recent, sorted(lasting, key=lambda i: entries[i].marker in MEMORY_KINDS)

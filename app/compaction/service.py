@@ -17,11 +17,12 @@ from typing import Any, BinaryIO, Literal
 import orjson
 
 from app.compaction import plans
+from app.compaction.excerpts import normalize
 from app.compaction.extractive import grouped_errors
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.policy import Budget
 from app.compaction.summarizer import Summarizer, SummaryLimit
-from app.compaction.truncation import truncation_text, user_quotes
+from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
 from app.context.files import (
@@ -354,10 +355,10 @@ class CompactionService:
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
-            quotes = await asyncio.to_thread(_hidden_user_quotes, files, head, plan.hides(entries))
+            facts = await asyncio.to_thread(_hidden_facts, files, head, plan.hides(entries))
             content = truncation_text(
                 plan.messages(entries),
-                quotes,
+                facts,
                 self.store.counting.costs(locked.task.token_counter).counter,
                 self.tasks.context_budget(locked).allowed,
             )
@@ -683,14 +684,20 @@ def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[st
             yield record
 
 
-def _hidden_user_quotes(files: ContextFiles, head: HeadState, hides: tuple[int, int]) -> list[str]:
+def _hidden_facts(files: ContextFiles, head: HeadState, hides: tuple[int, int]) -> HiddenFacts:
     with open(files.messages, "rb") as f:
-        return user_quotes(span_records(f, head.messages_bytes, *hides))
+        return hidden_facts(span_records(f, head.messages_bytes, *hides))
 
 
 def _read_seq(files: ContextFiles, seq: int, end: int) -> dict[str, Any] | None:
     with open(files.messages, "rb") as f:
         return record_at(f, seq, end)
+
+
+def _read_shown(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
+    """The record of an entry as the payload shows it (a masked result: its placeholder)."""
+    with open(files.messages, "rb") as f:
+        return next(r for r in visible_records(f, end) if position(r) == entry.position)
 
 
 def _read_entry(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
@@ -718,25 +725,52 @@ def _elision(
         attempts += [(i, True) for i in group if entries[i].role == "assistant"]
     for index, arguments in attempts:
         entry = entries[index]
-        if entry.masked:  # its placeholder is all it shows; the original must not come back
-            continue
-        original = _read_entry(files, entry, end)
+        # A masked result is cut from its placeholder: the original must not come back.
+        shown = _read_shown if entry.masked else _read_entry
+        original = shown(files, entry, end)
         if ANCHOR in original:  # counted as the most its rendering may cost, not its text
             continue
-        message = openai_message(original)
         # Cut from the message as posted: what an earlier elision already took, and the excess.
         cut = excess + max(0, record_tokens(original, fmt) - entry.tokens)
-        if not arguments:
-            message["content"] = elided(costs.counter, message.get("content"), cut)
-        elif message.get("tool_calls"):
-            message["tool_calls"] = _elided_calls(costs.counter, message["tool_calls"], cut)
-        cost = costs.message(message)
-        if entry.tokens - in_format(*cost, fmt) >= MIN_ELISION_GAIN:
-            marker = {**message, "marker": "elision"}
+        for message in _shortened(costs.counter, original, cut, arguments, entry.masked):
+            cost = costs.message(message)
+            if entry.tokens - in_format(*cost, fmt) < MIN_ELISION_GAIN:
+                continue
+            # A summary or truncation marker cut to fit stays one (the newest summary is still
+            # the newest summary; a later condense folds it as such).
+            kind = entry.marker if entry.marker in plans.MEMORY_KINDS else "elision"
+            marker = {**message, "marker": kind}
             if original.get("tool_name"):
                 marker["tool_name"] = original["tool_name"]
             return index, marker, cost
     return None
+
+
+def _shortened(
+    counter: TextCounter, original: dict[str, Any], cut: int, arguments: bool, masked: bool
+) -> list[dict[str, Any]]:
+    """The message cut by about ``cut`` tokens, in the forms to try, best first: its tool
+    calls' arguments, or its content; a tool result's content followed by the error lines the
+    cut took, then (when those cost what the cut gains) without them."""
+    message = openai_message(original)
+    if arguments:
+        calls = message.get("tool_calls")
+        return [message | {"tool_calls": _elided_calls(counter, calls, cut)}] if calls else []
+    content = elided(counter, message.get("content"), cut)
+    errors = _cut_errors(original, content) if original["role"] == "tool" and not masked else ""
+    return [message | {"content": content + errors}] + (
+        [message | {"content": content}] if errors else []
+    )
+
+
+def _cut_errors(result: dict[str, Any], kept: str) -> str:
+    """The error lines of a tool result that its elided text no longer shows, grouped as a
+    masked result's placeholder shows them (an error is what an agent most needs again)."""
+    errors, _ = grouped_errors(
+        result, limit=MAX_PLACEHOLDER_ERRORS, max_chars=MAX_PLACEHOLDER_ERROR_CHARS
+    )
+    shown = normalize(kept)
+    return "".join(f"\nerror: {line}" for line in errors if line not in shown)
 
 
 def _elided_calls(

@@ -355,12 +355,12 @@ async def test_truncate_hides_half_with_a_marker(
     assert outcome["tokens_after"] < outcome["tokens_before"]
     body, tokens, _ = await payload(client, uuid)
     assert tokens == outcome["tokens_after"]
-    # The user messages it hides are quoted, their first 240 characters: seqs 4, 6 and 8.
+    # The user messages it hides are listed, their first 240 characters: seqs 4, 6 and 8.
     quoted = [f"- [seq {seq}] {posted[seq - 2]['content'][:239].rstrip()}…" for seq in (4, 6, 8)]
     text = "\n".join(
         [
             "[Sliding window truncation: 6 messages hidden to reduce context]",
-            "The user's messages among them (their starts):",
+            "User requests:",
             *quoted,
         ]
     )
@@ -566,6 +566,23 @@ async def test_request_elides_a_single_huge_tool_output(client: httpx.AsyncClien
     summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
     assert [s["kind"] for s in summaries].count("elision") == len(elisions)
     assert all(s["compressed_message_count"] == 1 for s in summaries if s["kind"] == "elision")
+
+
+async def test_an_elided_tool_output_keeps_the_error_lines_it_cut(
+    client: httpx.AsyncClient,
+) -> None:
+    """The middle of a huge output is cut, but the error lines that were in it follow the
+    elided text, as a masked result's placeholder shows them."""
+    uuid = await new_task(client, context_length=4000, max_output_tokens=500)
+    lines = [f"line {i:03d}: build output {'x' * 400}" for i in range(200)]
+    lines[25] = "ValueError: NULL date at row 28"  # among the first 30
+    await append(client, uuid, [INSTRUCTION, *call_turn(1, "\n".join(lines))])
+
+    body, _, _ = await payload(client, uuid)
+
+    tool = body["messages"][-1]["content"]
+    assert ELISION_TEXT in tool
+    assert tool.endswith("\nerror: ValueError: NULL date at row 28")
 
 
 async def test_request_elides_the_next_largest_when_the_largest_cannot_shrink(
@@ -897,3 +914,34 @@ async def test_current_is_rebuilt_byte_identical_after_compactions_and_rewinds(
     assert current.read_bytes() == live
     assert rebuilt_body == body
     assert rebuilt_tokens == tokens
+
+
+async def test_a_summary_cut_to_fit_stays_the_newest_summary(context_dir: Path) -> None:
+    """When the newest summary itself must give way, it is cut in the middle, never dropped, and
+    stays a summary: the payload still shows it, and a later condense folds it in as an earlier
+    summary rather than taking it for something the user said."""
+    roomy = Settings(context_dir=context_dir, fsync="never", summary_max_share=0.9)
+    async with running_app(roomy) as client:
+        uuid = await new_task(client, context_length=8_000, max_output_tokens=800)
+        turns: list[Message] = []
+        for i in range(30):
+            ask = f"Request {i}: also handle case {i} in src/m{i}.py, and keep case {i - 1}. "
+            turns += [{"role": "user", "content": ask * 3}, text_turns(1)[0]]
+        await append(client, uuid, [INSTRUCTION, *turns])
+        condensed = await compress(client, uuid, "condense")
+        assert condensed["kind"] == "condense", condensed
+    async with running_app(Settings(context_dir=context_dir, fsync="never")) as client:
+        _, served, _ = await payload(client, uuid)
+        reply = {"role": "assistant", "content": "Next.", "usage": {"prompt_tokens": served * 3}}
+        await append(client, uuid, [reply])
+
+        body, _, _ = await payload(client, uuid)
+
+        summary = next(m for m in body["messages"] if m["content"].startswith("[Summary of"))
+        assert ELISION_TEXT in summary["content"]
+        records = await history(client, uuid)
+        first = next(r for r in records if r.get("marker") == "condense")
+        assert records[-1]["marker"] == "condense"  # the cut summary: a summary still
+        assert records[-1]["hides"] == first["hides"]
+        page = (await client.get(f"/tasks/{uuid}/summaries")).json()
+        assert [s["kind"] for s in page["summaries"]][-1] == "elision"

@@ -30,7 +30,7 @@ from app.compaction.extractive import (
     render,
     shows_error_line,
 )
-from app.compaction.truncation import truncation_text
+from app.compaction.truncation import HiddenFacts, truncation_text
 from app.context.effective import MARKER_TYPE
 from app.tokens.counters import counter_for
 from tests.conftest import CORPUS
@@ -540,12 +540,16 @@ def test_a_digest_of_a_digest_folds_its_lists_in() -> None:
     assert folded.startswith("Extractive digest of 16 messages")
 
 
-def test_the_requests_a_truncation_marker_quoted_are_user_requests_still() -> None:
-    """A condense over an earlier truncation marker keeps the user's messages it quoted (and
-    counts the marker as no message)."""
-    quoted = truncation_text(6, ["[seq 4] Keep the old date format working."], COUNTER, 10_000)
+def test_the_facts_a_truncation_marker_listed_join_the_digest() -> None:
+    """A condense over an earlier truncation marker keeps the user's messages, files and
+    errors it listed (and counts the marker as no message)."""
+    facts = HiddenFacts()
+    facts.add("User requests", "[seq 4] Keep the old date format working.")
+    facts.add("Files", "src/dates.py")
+    facts.add("Errors", "ValueError: NULL date at row 5")
+    content = truncation_text(6, facts, COUNTER, 10_000)
     records = [
-        {"type": MARKER_TYPE, "seq": 9, "role": "user", "content": quoted, "marker": "truncation"},
+        {"type": MARKER_TYPE, "seq": 9, "role": "user", "content": content, "marker": "truncation"},
         {"seq": 10, "role": "user", "content": "Now add a test for it."},
     ]
     digest = extractive_digest(records)
@@ -553,4 +557,6 @@ def test_the_requests_a_truncation_marker_quoted_are_user_requests_still() -> No
         "[seq 4] Keep the old date format working.",
         "[seq 10] Now add a test for it.",
     ]
+    assert listed(digest, "Files") == ["src/dates.py"]
+    assert listed(digest, "Errors") == ["ValueError: NULL date at row 5"]
     assert digest.startswith("Extractive digest of 1 messages (seq 10-10): 1 user")

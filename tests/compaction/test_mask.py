@@ -279,3 +279,51 @@ async def test_the_background_compaction_goes_on_down_to_its_relief_level(
         assert [s["kind"] for s in summaries] == kinds
         context = (await client.get(f"/tasks/{uuid}/context")).json()
         assert context["tokens"] < context["threshold"]
+
+
+async def test_placeholders_that_do_not_fit_are_cut_not_refused(client: httpx.AsyncClient) -> None:
+    """Six large results of one call, masked, whose placeholders (with their error lines)
+    still do not fit a tiny window: elision cuts the placeholders themselves (never bringing
+    the outputs back), rather than GET /request answering 413. Regression: masked results
+    were never elision candidates."""
+    body = task_body(
+        system_prompt=SYSTEM["content"],
+        context_length=1024,
+        max_output_tokens=256,
+        compaction={"keep_tool_results": 0},
+    )
+    response = await client.post("/tasks", json=body)
+    assert response.status_code == 201, response.text
+    uuid = response.json()["uuid"]
+    calls = [
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "run_command", "arguments": json.dumps({"command": f"t{i}"})},
+        }
+        for i in range(6)
+    ]
+    filler = "\n".join(f"line {n}: reading rows, all well so far" for n in range(200))
+    results = [
+        {
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "content": "\n".join(
+                f"{kind}Error: run {i} failed reading the {kind.lower()} table, " + "row " * 40
+                for kind in ("Value", "Key", "Type")
+            )
+            + "\n"
+            + filler,
+        }
+        for i, call in enumerate(calls)
+    ]
+    call_message = {"role": "assistant", "content": None, "tool_calls": calls}
+    await append(client, uuid, [INSTRUCTION, call_message, *results])
+
+    messages = await payload(client, uuid)
+
+    shown = [m["content"] for m in messages if m["role"] == "tool"]
+    assert len(shown) == 6
+    assert all(content.startswith("[output of run_command(") for content in shown)
+    assert any("elided to fit the context window" in content for content in shown)
+    assert not any("reading rows" in content for content in shown)

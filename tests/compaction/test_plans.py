@@ -313,6 +313,13 @@ def test_what_truncation_keeps_gives_way_largest_first() -> None:
     assert elision_order(entries("ss", [900, 900])) == ([], [0, 1])
 
 
+def test_summaries_and_truncation_markers_give_way_last() -> None:
+    """A truncation marker's list of facts and a summary are memory: cut after every
+    message, the head included, however large they are."""
+    items = entries("surcatu", [100, 50, 500, 600, 300, 200, 400])
+    assert elision_order(items, minimum=64) == ([6, 4, 5], [0, 3, 2])
+
+
 def test_a_span_counts_the_messages_its_markers_hid_not_the_markers() -> None:
     """A marker entry stands for the messages it hid; one written before the count was stored
     counts as one, as it did then."""
