@@ -723,16 +723,23 @@ def _elision(
     for group in plans.elision_order(entries, minimum=64):
         attempts += [(i, False) for i in group]
         attempts += [(i, True) for i in group if entries[i].role == "assistant"]
-    for index, arguments in attempts:
-        entry = entries[index]
-        # A masked result is cut from its placeholder: the original must not come back.
-        shown = _read_shown if entry.masked else _read_entry
-        original = shown(files, entry, end)
-        if ANCHOR in original:  # counted as the most its rendering may cost, not its text
-            continue
-        # Cut from the message as posted: what an earlier elision already took, and the excess.
-        cut = excess + max(0, record_tokens(original, fmt) - entry.tokens)
-        for message in _shortened(costs.counter, original, cut, arguments, entry.masked):
+    # First with the error lines a cut output loses kept after it; only when no message can
+    # give way so, without them.
+    for keep_errors in (True, False):
+        for index, arguments in attempts:
+            entry = entries[index]
+            # A masked result is cut from its placeholder: the original must not come back.
+            shown = _read_shown if entry.masked else _read_entry
+            original = shown(files, entry, end)
+            if ANCHOR in original:  # counted as the most its rendering may cost, not its text
+                continue
+            # Cut from the message as posted: what an earlier elision already took, and the
+            # excess.
+            cut = excess + max(0, record_tokens(original, fmt) - entry.tokens)
+            keeps = keep_errors and original["role"] == "tool" and not entry.masked
+            message = _shortened(costs.counter, original, cut, arguments, keeps)
+            if message is None:
+                continue
             cost = costs.message(message)
             if entry.tokens - in_format(*cost, fmt) < MIN_ELISION_GAIN:
                 continue
@@ -747,20 +754,16 @@ def _elision(
 
 
 def _shortened(
-    counter: TextCounter, original: dict[str, Any], cut: int, arguments: bool, masked: bool
-) -> list[dict[str, Any]]:
-    """The message cut by about ``cut`` tokens, in the forms to try, best first: its tool
-    calls' arguments, or its content; a tool result's content followed by the error lines the
-    cut took, then (when those cost what the cut gains) without them."""
+    counter: TextCounter, original: dict[str, Any], cut: int, arguments: bool, keep_errors: bool
+) -> dict[str, Any] | None:
+    """The message cut by about ``cut`` tokens: its tool calls' arguments (None without any),
+    or its content, followed with ``keep_errors`` by the error lines the cut took."""
     message = openai_message(original)
     if arguments:
         calls = message.get("tool_calls")
-        return [message | {"tool_calls": _elided_calls(counter, calls, cut)}] if calls else []
+        return message | {"tool_calls": _elided_calls(counter, calls, cut)} if calls else None
     content = elided(counter, message.get("content"), cut)
-    errors = _cut_errors(original, content) if original["role"] == "tool" and not masked else ""
-    return [message | {"content": content + errors}] + (
-        [message | {"content": content}] if errors else []
-    )
+    return message | {"content": content + (_cut_errors(original, content) if keep_errors else "")}
 
 
 def _cut_errors(result: dict[str, Any], kept: str) -> str:
