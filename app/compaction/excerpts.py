@@ -1,6 +1,11 @@
 """Excerpts of text as summaries and markers quote them: whitespace collapsed, cuts marked. Pure."""
 
+import re
+
 ELLIPSIS = "…"
+# The note an elision puts where it cut the middle of a message, on a line of its own.
+ELISION_TEXT = "\n[... {cut} characters elided to fit the context window ...]\n"
+ELISION_LINE_RE = re.compile(re.escape(ELISION_TEXT.strip()).replace(re.escape("{cut}"), r"[\d,]+"))
 
 
 def normalize(text: str) -> str:

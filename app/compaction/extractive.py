@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from app.compaction.excerpts import ELLIPSIS, cut_end, normalize
+from app.compaction.excerpts import ELISION_LINE_RE, ELLIPSIS, cut_end, normalize
 from app.context.effective import marker_kind
 from app.planning.items import OPEN_STATUSES, ChecklistItem, item_line, open_items
 
@@ -297,6 +297,16 @@ def _argument_paths(arguments: dict[str, Any]) -> Iterator[tuple[str, int]]:
         for text in _string_values(value):
             for path in find_paths(text):
                 yield path, tier
+
+
+def acted_paths(record: dict[str, Any]) -> list[str]:
+    """The paths a record's tool calls acted on (path arguments, paths in commands), in order."""
+    return [
+        path
+        for _, _, arguments in tool_calls(record)
+        for path, tier in _argument_paths(arguments)
+        if tier == TIER_ACTED
+    ]
 
 
 def record_paths(record: dict[str, Any]) -> list[tuple[str, int]]:
@@ -785,7 +795,7 @@ class DigestState:
     def _fold(self, title: str, item: str) -> bool:
         """Add an earlier digest's item to this digest's list of that title (its "(+N more)"
         to what the list leaves out); False if this digest keeps no such list."""
-        more = _MORE_ITEMS_RE.fullmatch(item)
+        more = MORE_ITEMS_RE.fullmatch(item)
         left_out = int(more.group(1)) if more else 0
         if title in (FILES, OUTPUT_PATHS):
             # A path in Files was acted on or mentioned: it ranks as acted on, kept first.
@@ -841,7 +851,7 @@ class DigestState:
 
 
 DIGEST_TITLE = "Extractive digest of "
-_MORE_ITEMS_RE = re.compile(r"\(\+(\d+) more\)")
+MORE_ITEMS_RE = re.compile(r"\(\+(\d+) more\)")
 
 
 def digest_sections(text: str) -> dict[str, list[str]] | None:
@@ -866,13 +876,20 @@ def listed_sections(text: str) -> dict[str, list[str]]:
     """The "- " items of each "Title:" block of a text (a digest's body, a truncation marker)."""
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
+    after_cut = False  # the line after an elision's note: the rest of an item cut in two
     for line in text.split("\n"):
+        if ELISION_LINE_RE.fullmatch(line):
+            if current:
+                current[-1] += ELLIPSIS  # the item the cut began in, marked as cut
+            after_cut = True
+            continue
         if line.startswith("- ") and current is not None:
             current.append(line[2:])
         elif line.endswith(":") and not line.startswith("- "):
             current = sections.setdefault(line[:-1], [])
-        else:
+        elif not after_cut:
             current = None
+        after_cut = False
     return sections
 
 
@@ -973,7 +990,7 @@ class ErrorsSection(Section):
 
 
 def _shown(lines: list[str]) -> int:
-    return sum(1 for line in lines[1:] if not _MORE_ITEMS_RE.fullmatch(line[2:]))
+    return sum(1 for line in lines[1:] if not MORE_ITEMS_RE.fullmatch(line[2:]))
 
 
 def _errors_section(errors: ErrorGroups, shown: Callable[[str], str]) -> Section:

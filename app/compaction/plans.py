@@ -86,7 +86,10 @@ def head_length(entries: list[Entry]) -> int:
     end = min(index + 1, len(entries))
     while end < len(entries) and (
         entries[end].role == "tool"
-        or (entries[index].role == entries[end].role == "user" and not entries[end].marker)
+        or (
+            entries[index].role == entries[end].role == "user"
+            and entries[end].marker in (None, "elision")  # a message, maybe cut: no summary
+        )
     ):
         end += 1
     return end
@@ -100,10 +103,11 @@ def kept_length(entries: list[Entry]) -> int:
     return max(head, summaries[-1] + 1) if summaries else head
 
 
-def kept_instruction(entries: list[Entry], span: Span) -> Entry | None:
-    """The first user message before the span: the task statement, which the context keeps
-    (the summariser gets it for reference)."""
-    return next((e for e in entries[: span.start] if e.role == "user"), None)
+def kept_instruction(entries: list[Entry]) -> Entry | None:
+    """The task statement, which the context keeps (the summariser gets it for reference): the
+    last user message of the head, after any demonstration."""
+    users = [e for e in entries[: head_length(entries)] if e.role == "user"]
+    return users[-1] if users else None
 
 
 def plan_mask(entries: list[Entry], *, keep_tool_results: int) -> list[int]:
@@ -176,5 +180,6 @@ def elision_order(entries: list[Entry], *, minimum: int = 0) -> tuple[list[int],
         for i in candidates
         if i >= kept and entries[i].role != "system" and entries[i].marker not in MEMORY_KINDS
     ]
-    lasting = [i for i in candidates if i not in recent]
+    others = set(recent)
+    lasting = [i for i in candidates if i not in others]
     return recent, sorted(lasting, key=lambda i: entries[i].marker in MEMORY_KINDS)

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Literal
 import orjson
 
 from app.compaction import plans
-from app.compaction.excerpts import normalize
+from app.compaction.excerpts import ELISION_TEXT, normalize
 from app.compaction.extractive import grouped_errors
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.policy import Budget
@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 Strategy = Literal["auto", "mask", "condense", "truncate"]
 SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
-ELISION_TEXT = "\n[... {cut} characters elided to fit the context window ...]\n"
 MAX_FIT_ROUNDS = 12
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
 MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
@@ -193,7 +192,7 @@ class CompactionService:
                 span = [e.position for e in entries[plan.start : plan.end]]
                 task_files = ContextFiles(self.store.task_dir(locked.task))
                 backend = backend or await asyncio.to_thread(task_files.summary_backend)
-                instruction = plans.kept_instruction(entries, plan)
+                instruction = plans.kept_instruction(entries)
                 kept = None
                 if instruction is not None:
                     kept = await asyncio.to_thread(
@@ -376,10 +375,8 @@ class CompactionService:
     async def elide(
         self, task_uuid: str, excess: int, fmt: str | None = None, *, thread_id: int = 0
     ) -> Outcome:
-        """Cut the middle out of the largest message, to lose ``excess`` tokens (a last resort).
-
-        The largest message whose content can shrink: one whose size is in its tool calls'
-        arguments (or that was elided already) gives way to the next largest.
+        """Cut the middle out of one message, to lose ``excess`` tokens (a last resort): the
+        first, in elision order, that can shrink (see ``_elision``).
         """
         async with (
             self._one_at_a_time(task_uuid, thread_id),
@@ -448,8 +445,9 @@ class CompactionService:
 
     async def relieve(self, task_uuid: str, *, thread_id: int = 0) -> Outcome:
         """The background compaction after an append crossed the threshold: the task's tiers
-        that keep every message (mask, condense), in its order, until the context is under its
-        threshold again. Truncation and elision wait for a payload that needs them."""
+        that keep every message (mask, condense), in its order, until the context is under
+        ``relief_share`` of its threshold (room for several turns before the next one).
+        Truncation and elision wait for a payload that needs them."""
         last = None
         measure = await self._measure(task_uuid, thread_id, None)
         for tier in measure.tiers:
@@ -469,7 +467,13 @@ class CompactionService:
         return last or Outcome("skipped", measure.tokens, measure.tokens, reason="no_tier")
 
     async def _step(
-        self, tier: str, task_uuid: str, fmt: str, thread_id: int, excess: int, relaxed: bool
+        self,
+        tier: str,
+        task_uuid: str,
+        fmt: str,
+        thread_id: int,
+        excess: int,
+        relaxed: bool,
     ) -> Outcome:
         """One compaction of this tier ("skipped" when it changed nothing); ``relaxed``: any
         gain will do."""
@@ -694,12 +698,6 @@ def _read_seq(files: ContextFiles, seq: int, end: int) -> dict[str, Any] | None:
         return record_at(f, seq, end)
 
 
-def _read_shown(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
-    """The record of an entry as the payload shows it (a masked result: its placeholder)."""
-    with open(files.messages, "rb") as f:
-        return next(r for r in visible_records(f, end) if position(r) == entry.position)
-
-
 def _read_entry(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
     record = _read_seq(files, entry.seq, end)
     assert record is not None
@@ -716,64 +714,99 @@ def _elision(
 ) -> tuple[int, dict[str, Any], tuple[int, FormatTokens]] | None:
     """The entry to elide, its elision marker and the marker's cost; None if none gains.
 
-    In ``plans.elision_order``; within each group contents first, a tool call's arguments (a
-    file written, say) only when no content can give way.
+    Group by group of ``plans.elision_order``: contents first, a tool call's arguments (a file
+    written, say) only when no content of the group can give way. A cut tool output keeps the
+    error lines it lost, after the cut; without them it is tried only when no message of any
+    group gives way (an error is what an agent most needs again).
     """
+    shown = ShownRecords(files, end, entries)
+    groups = plans.elision_order(entries, minimum=64)
     attempts = []
-    for group in plans.elision_order(entries, minimum=64):
-        attempts += [(i, False) for i in group]
-        attempts += [(i, True) for i in group if entries[i].role == "assistant"]
-    # First with the error lines a cut output loses kept after it; only when no message can
-    # give way so, without them.
-    for keep_errors in (True, False):
-        for index, arguments in attempts:
-            entry = entries[index]
-            # A masked result is cut from its placeholder: the original must not come back.
-            shown = _read_shown if entry.masked else _read_entry
-            original = shown(files, entry, end)
-            if ANCHOR in original:  # counted as the most its rendering may cost, not its text
-                continue
-            # Cut from the message as posted: what an earlier elision already took, and the
-            # excess.
-            cut = excess + max(0, record_tokens(original, fmt) - entry.tokens)
-            keeps = keep_errors and original["role"] == "tool" and not entry.masked
-            message = _shortened(costs.counter, original, cut, arguments, keeps)
-            if message is None:
-                continue
-            cost = costs.message(message)
-            if entry.tokens - in_format(*cost, fmt) < MIN_ELISION_GAIN:
-                continue
-            # A summary or truncation marker cut to fit stays one (the newest summary is still
-            # the newest summary; a later condense folds it as such).
-            kind = entry.marker if entry.marker in plans.MEMORY_KINDS else "elision"
-            marker = {**message, "marker": kind}
-            if original.get("tool_name"):
-                marker["tool_name"] = original["tool_name"]
-            return index, marker, cost
+    for group in groups:  # contents, with a cut output's lost error lines; then arguments
+        attempts += [(i, True, False) for i in group]
+        attempts += [(i, False, True) for i in group if entries[i].role == "assistant"]
+    # Only when no message anywhere gives way with them: cut outputs without their error lines.
+    attempts += [(i, False, False) for group in groups for i in group if _keeps_errors(entries[i])]
+    for index, keep_errors, arguments in attempts:
+        entry, original = entries[index], shown.read(index)
+        if ANCHOR in original:  # counted as the most its rendering may cost, not its text
+            continue
+        keeps = keep_errors and _keeps_errors(entry)
+        # Cut from the message as posted: what an earlier elision already took, and the
+        # excess.
+        cut = excess + max(0, record_tokens(original, fmt) - entry.tokens)
+        message = _shortened(costs.counter, original, cut, arguments, keeps)
+        if message is None:
+            continue
+        cost = costs.message(message)
+        if entry.tokens - in_format(*cost, fmt) < MIN_ELISION_GAIN:
+            continue
+        # A summary or truncation marker cut to fit stays one (the newest summary is still
+        # the newest summary; a later condense folds it as such).
+        kind = entry.marker if entry.marker in plans.MEMORY_KINDS else "elision"
+        marker = {**message, "marker": kind}
+        if original.get("tool_name"):
+            marker["tool_name"] = original["tool_name"]
+        return index, marker, cost
     return None
+
+
+def _keeps_errors(entry: Entry) -> bool:
+    """Whether a cut of this entry lists the error lines it lost: a tool output, unmasked (a
+    placeholder lists its own)."""
+    return entry.role == "tool" and not entry.masked
+
+
+class ShownRecords:
+    """The records of a context's entries as elision cuts them, read when first asked for: a
+    message as posted (or as an earlier elision left it), a masked result as its placeholder
+    (the original must not come back)."""
+
+    def __init__(self, files: ContextFiles, end: int, entries: list[Entry]) -> None:
+        self.files, self.end, self.entries = files, end, entries
+        self.cache: dict[int, dict[str, Any]] = {}
+
+    def read(self, index: int) -> dict[str, Any]:
+        if index not in self.cache:
+            entry = self.entries[index]
+            with open(self.files.messages, "rb") as f:
+                if entry.masked:  # every placeholder in one pass: they come together
+                    masked = {e.position: i for i, e in enumerate(self.entries) if e.masked}
+                    for record in visible_records(f, self.end):
+                        if position(record) in masked:
+                            self.cache[masked[position(record)]] = record
+                else:
+                    found = record_at(f, entry.seq, self.end)
+                    assert found is not None
+                    self.cache[index] = found
+        return self.cache[index]
 
 
 def _shortened(
     counter: TextCounter, original: dict[str, Any], cut: int, arguments: bool, keep_errors: bool
 ) -> dict[str, Any] | None:
     """The message cut by about ``cut`` tokens: its tool calls' arguments (None without any),
-    or its content, followed with ``keep_errors`` by the error lines the cut took."""
+    or its content, followed with ``keep_errors`` by the error lines the cut took (the cut
+    deeper by what they cost)."""
     message = openai_message(original)
     if arguments:
         calls = message.get("tool_calls")
         return message | {"tool_calls": _elided_calls(counter, calls, cut)} if calls else None
+    errors = _error_lines(original) if keep_errors else []
+    cut += sum(content_tokens(counter, line) + 1 for line in errors)
     content = elided(counter, message.get("content"), cut)
-    return message | {"content": content + (_cut_errors(original, content) if keep_errors else "")}
+    shown = normalize(content)
+    lost = "".join(f"\nerror: {line}" for line in errors if line not in shown)
+    return message | {"content": content + lost}
 
 
-def _cut_errors(result: dict[str, Any], kept: str) -> str:
-    """The error lines of a tool result that its elided text no longer shows, grouped as a
-    masked result's placeholder shows them (an error is what an agent most needs again)."""
+def _error_lines(result: dict[str, Any]) -> list[str]:
+    """A tool result's error lines, grouped as a masked result's placeholder shows them (an
+    error is what an agent most needs again); those an earlier elision listed, once."""
     errors, _ = grouped_errors(
         result, limit=MAX_PLACEHOLDER_ERRORS, max_chars=MAX_PLACEHOLDER_ERROR_CHARS
     )
-    shown = normalize(kept)
-    return "".join(f"\nerror: {line}" for line in errors if line not in shown)
+    return list(dict.fromkeys(line.removeprefix("error: ") for line in errors))
 
 
 def _elided_calls(

@@ -2,11 +2,11 @@
 needs again. Pure.
 
 A truncation keeps no summary, but what the user asked, the files the agent's tool calls acted
-on and the errors its tools reported must not vanish with it (an agent that forgets an
+on and the errors its tools reported should not vanish with it (an agent that forgets an
 instruction, a file it edited or the error it was fixing redoes or undoes work). These facts are
 small: the marker lists them, in the extractive digest's sections (so a later condense folds them
-in like an earlier digest's), newest first within a share of the budget, and carries along those
-of the older truncation markers it hides, so they survive any number of truncations.
+in like an earlier digest's), the newest first within a share of the budget, and carries along
+those of the older truncation markers it hides. What does not fit is counted ("(+N more)").
 """
 
 from collections.abc import Iterable
@@ -17,14 +17,14 @@ from app.compaction.excerpts import cut_end, normalize
 from app.compaction.extractive import (
     ERRORS,
     FILES,
-    TIER_ACTED,
+    MORE_ITEMS_RE,
     USER_REQUESTS,
+    acted_paths,
     content_text,
     listed_sections,
     record_errors,
-    record_paths,
 )
-from app.context.effective import marker_kind
+from app.context.effective import marker_kind, position
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
 
@@ -37,16 +37,31 @@ ROOM_SHARES = {USER_REQUESTS: 0.5, FILES: 0.5, ERRORS: 1.0}
 
 @dataclass
 class HiddenFacts:
-    """What the hidden records hold that the marker lists, each list oldest first, each item
-    once."""
+    """What the hidden records hold that the marker lists: each list oldest first, each item
+    once; and how many items of each an older marker left out."""
 
     lists: dict[str, dict[str, None]] = field(
-        default_factory=lambda: {USER_REQUESTS: {}, FILES: {}, ERRORS: {}}
+        default_factory=lambda: {title: {} for title in ROOM_SHARES}
     )
+    left_out: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROOM_SHARES, 0))
 
     def add(self, title: str, item: str) -> None:
+        if MORE_ITEMS_RE.fullmatch(item):
+            return  # a count, not a fact (a path argument may read "(+9 more)")
         self.lists[title].pop(item, None)  # seen again: it moves to the newest end
         self.lists[title][item] = None
+
+    def carry(self, marker_content: str) -> None:
+        """The facts an older truncation marker listed, and its counts of those left out."""
+        for title, items in listed_sections(marker_content).items():
+            if title not in self.lists:
+                continue
+            for item in items:
+                more = MORE_ITEMS_RE.fullmatch(item)
+                if more:
+                    self.left_out[title] += int(more.group(1))
+                else:
+                    self.add(title, item)
 
 
 def hidden_facts(hidden: Iterable[dict[str, Any]]) -> HiddenFacts:
@@ -56,19 +71,17 @@ def hidden_facts(hidden: Iterable[dict[str, Any]]) -> HiddenFacts:
     for record in hidden:
         kind = marker_kind(record)
         if kind == "truncation":
-            for title, items in listed_sections(content_text(record.get("content"))).items():
-                for item in items if title in facts.lists else ():
-                    facts.add(title, item)
+            facts.carry(content_text(record.get("content")))
             continue
-        if kind is not None:
-            continue  # a summary keeps its own facts
+        if kind not in (None, "elision"):
+            continue  # a summary keeps its own facts (an elided message is still a message)
         if record.get("role") == "user":
             text = normalize(content_text(record.get("content")))
             if text:
-                facts.add(USER_REQUESTS, f"[seq {record['seq']}] {cut_end(text, QUOTE_CHARS)}")
-        for path, tier in record_paths(record):
-            if tier == TIER_ACTED:
-                facts.add(FILES, path)
+                quote = f"[seq {position(record)}] {cut_end(text, QUOTE_CHARS)}"
+                facts.add(USER_REQUESTS, quote)
+        for path in acted_paths(record):
+            facts.add(FILES, path)
         if record.get("role") == "tool":
             for line in record_errors(record):
                 facts.add(ERRORS, line)
@@ -90,8 +103,9 @@ def truncation_text(count: int, facts: HiddenFacts, counter: TextCounter, budget
             allowance -= cost
             room -= cost
             kept.append(item)
-        if kept:
-            left_out = len(items) - len(kept)
-            more = [f"- (+{left_out} more)"] if left_out else []
-            blocks.append("\n".join([f"{title}:", *more, *(f"- {i}" for i in reversed(kept))]))
+        left_out = len(items) - len(kept) + facts.left_out[title]
+        lines = [f"- (+{left_out} more)"] if left_out else []
+        lines += [f"- {item}" for item in reversed(kept)]
+        if lines:
+            blocks.append("\n".join([f"{title}:", *lines]))
     return "\n".join(blocks)

@@ -24,6 +24,7 @@ from app.compaction.extractive import (
     extractive_digest,
     find_error_lines,
     find_paths,
+    listed_sections,
     parse_arguments,
     record_errors,
     record_paths,
@@ -560,3 +561,24 @@ def test_the_facts_a_truncation_marker_listed_join_the_digest() -> None:
     assert listed(digest, "Files") == ["src/dates.py"]
     assert listed(digest, "Errors") == ["ValueError: NULL date at row 5"]
     assert digest.startswith("Extractive digest of 1 messages (seq 10-10): 1 user")
+
+
+def test_a_list_cut_by_an_elision_keeps_the_items_after_the_cut() -> None:
+    """The item the cut began in is marked as cut; the items after the cut are still read."""
+    text = "\n".join(
+        [
+            "[Sliding window truncation: 9 messages hidden to reduce context]",
+            "Files:",
+            "- src/a.py",
+            "- src/very/long/pa",
+            "[... 1,234 characters elided to fit the context window ...]",
+            "th/b.py",
+            "- src/c.py",
+            "Errors:",
+            "- ValueError: x",
+        ]
+    )
+    assert listed_sections(text) == {
+        "Files": ["src/a.py", "src/very/long/pa…", "src/c.py"],
+        "Errors": ["ValueError: x"],
+    }

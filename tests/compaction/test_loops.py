@@ -2,12 +2,12 @@
 of times, and keeps the head and the newest summary in every payload.
 
 The bound: every mask, condense or truncation frees at least MIN_GAIN_SHARE of the context it
-compacts (net of its own marker), and a context is compacted only at or above its threshold
-(in the background) or over its budget (for a payload), so each frees at least
-``MIN_GAIN_SHARE * min(threshold, budget)`` tokens. What is freed was appended first, so over
-a replay that appends T tokens there are at most ``T / (MIN_GAIN_SHARE * min(threshold,
-budget))`` of them. Elisions (the last resort, which must fit whatever it frees) are bounded
-by the fit's rounds per payload.
+compacts (net of its own marker), and a context is compacted only when it holds at least
+RELIEF_SHARE of its threshold (in the background, which starts at the threshold) or when it is
+over its budget (for a payload), so each frees at least ``MIN_GAIN_SHARE * min(RELIEF_SHARE *
+threshold, budget)`` tokens. What is freed was appended first, so over a replay that appends T
+tokens there are at most T divided by that many of them. Elisions (the last resort, which must
+fit whatever it frees) are bounded by the fit's rounds per payload.
 """
 
 import json
@@ -80,7 +80,10 @@ async def test_a_long_trajectory_at_4k_compacts_a_bounded_number_of_times(
         context = (await client.get(f"/tasks/{uuid}/context")).json()
         summaries = await summaries_of(client, uuid)
     gaining = [s for s in summaries if s["kind"] != "elision"]
-    floor = settings.min_gain_share * min(context["threshold"], context["budget"])
+    floor = settings.min_gain_share * min(
+        settings.relief_share * context["threshold"],
+        context["budget"],
+    )
     assert requests > 20
     assert len(gaining) <= appended / floor, (len(gaining), appended, floor)
     elisions = len(summaries) - len(gaining)

@@ -13,12 +13,21 @@ from app.compaction.plans import (
     Span,
     elision_order,
     head_length,
+    kept_instruction,
     plan_condense,
     plan_truncate,
 )
 
-ROLES = {"s": "system", "u": "user", "a": "assistant", "t": "tool", "c": "user", "r": "user"}
-MARKERS = {"c": "condense", "r": "truncation"}
+ROLES = {
+    "s": "system",
+    "u": "user",
+    "a": "assistant",
+    "t": "tool",
+    "c": "user",
+    "r": "user",
+    "e": "user",
+}
+MARKERS = {"c": "condense", "r": "truncation", "e": "elision"}
 KEEP = 5
 MIN = 5
 
@@ -55,6 +64,14 @@ def test_head_is_leading_system_messages_and_the_first_other_message() -> None:
     assert head_length(entries("suuua")) == 4
     assert head_length(entries("suca")) == 2
     assert head_length(entries("suur")) == 3
+    # A task statement cut by an elision is still the task statement.
+    assert head_length(entries("suea")) == 3
+
+
+def test_the_kept_instruction_is_the_task_statement_after_any_demonstration() -> None:
+    items = entries("suuaua")
+    assert kept_instruction(items) == items[2]
+    assert kept_instruction(entries("sa")) is None
 
 
 def test_condense_keeps_head_and_last_keep_recent() -> None:

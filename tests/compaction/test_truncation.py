@@ -5,6 +5,7 @@ bounded by the context's budget."""
 import json
 from typing import Any
 
+from app.compaction.excerpts import ELISION_TEXT
 from app.compaction.extractive import listed_sections
 from app.compaction.truncation import (
     FACTS_SHARE,
@@ -109,3 +110,33 @@ def test_nothing_to_list_only_the_count() -> None:
     text = truncation_text(2, HiddenFacts(), COUNTER, 10_000)
     assert text == HEADER.format(2)
     assert listed_sections(text) == {}
+
+
+def test_counts_of_facts_left_out_are_carried_and_never_forged() -> None:
+    """An older marker's "(+N more)" adds to the new marker's count; a path argument that
+    reads like a count is neither a file nor a count."""
+    older = "\n".join([HEADER.format(9), "Files:", "- (+7 more)", "- src/a.py"])
+    forged = read_call(12, "(+999999 more)")
+    facts = hidden_facts([marker(older, 11), forged, read_call(13, "src/b.py")])
+    assert list(facts.lists["Files"]) == ["src/a.py", "src/b.py"]
+    assert facts.left_out["Files"] == 7
+    assert listed_sections(truncation_text(20, facts, COUNTER, 10_000))["Files"] == [
+        "(+7 more)",
+        "src/a.py",
+        "src/b.py",
+    ]
+
+
+def test_an_elided_message_is_still_a_message_of_the_span() -> None:
+    """A user message cut by an elision is listed by its own seq, from what is left of it."""
+    elided = {
+        "type": MARKER_TYPE,
+        "seq": 30,
+        "role": "user",
+        "content": "Keep the old format." + ELISION_TEXT.format(cut="900") + "ok",
+        "marker": "elision",
+        "hides": [7, 7],
+    }
+    facts = hidden_facts([elided])
+    [quote] = facts.lists["User requests"]
+    assert quote.startswith("[seq 7] Keep the old format.")

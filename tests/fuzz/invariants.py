@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.compaction.plans import MEMORY_KINDS
 from app.context.effective import COMPACTION_KINDS, MASK
 from app.context.files import ContextFiles, CurrentRender
 from app.context.records import RESERVED_FIELDS, HeadState, openai_message
@@ -205,9 +206,11 @@ def check_markers(directory: Path, records: list[dict[str, Any]], compression_co
             if marker["marker"] == MASK
             else [summary["start_seq"], summary["end_seq"]] == marker["hides"]
         )
+        # A summary or truncation marker cut to fit keeps its kind; its record says elision.
+        cut_memory = summary["kind"] == "elision" and marker["marker"] in MEMORY_KINDS
         require(
             summary["marker_seq"] == marker["seq"]
-            and summary["kind"] == marker["marker"]
+            and (summary["kind"] == marker["marker"] or cut_memory)
             and covers,
             f"marker {marker['seq']} and its summary disagree: {_short(summary)}",
         )
