@@ -14,6 +14,8 @@ from app.context.records import record_tokens
 # A compaction marker's field: how many messages it hides (markers written before it was
 # stored count as one each, as they were counted then).
 HIDDEN_MESSAGES = "hidden_messages"
+# The most user messages before the agent's first reply that the instruction takes in.
+MAX_INSTRUCTION_MESSAGES = 8
 # Markers that stand for what they hide (a summary, a truncation's list of facts): cut last.
 MEMORY_KINDS = ("condense", "truncation")
 # The text an elision leaves of a message, at the least: its start and end, this many tokens
@@ -76,23 +78,29 @@ class Skip:
 
 
 def head_length(entries: list[Entry]) -> int:
-    """Leading system messages and the task instruction after them: every user message before
-    the agent's first reply (an agent may give a demonstration, then the task), or the first
-    message with its tool results if it is an assistant's call (a rewind can leave one first:
-    a compaction after the head never starts between a call and its results)."""
+    """Leading system messages and the task instruction after them: the user messages before
+    the agent's first reply (an agent may give a demonstration, then the task; at most
+    ``MAX_INSTRUCTION_MESSAGES``, so a stream of user messages alone still has the rest to
+    compact), or the first message with its tool results if it is an assistant's call (a
+    rewind can leave one first: a compaction after the head never starts between a call and
+    its results)."""
     index = 0
     while index < len(entries) and entries[index].role == "system":
         index += 1
     end = min(index + 1, len(entries))
-    while end < len(entries) and (
-        entries[end].role == "tool"
-        or (
-            entries[index].role == entries[end].role == "user"
-            and entries[end].marker in (None, "elision")  # a message, maybe cut: no summary
-        )
-    ):
+    while end < len(entries) and entries[end].role == "tool":
         end += 1
+    if entries[index : index + 1] and entries[index].role == "user":
+        run = end
+        # A message, maybe cut by an elision; never a summary or a truncation marker.
+        while run < len(entries) and entries[run].role == "user" and not _memory(entries[run]):
+            run += 1
+        end = min(run, index + MAX_INSTRUCTION_MESSAGES)
     return end
+
+
+def _memory(entry: Entry) -> bool:
+    return entry.marker not in (None, "elision")
 
 
 def kept_length(entries: list[Entry]) -> int:

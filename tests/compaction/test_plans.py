@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.compaction.plans import (
+    MAX_INSTRUCTION_MESSAGES,
     Entry,
     Skip,
     Span,
@@ -66,6 +67,8 @@ def test_head_is_leading_system_messages_and_the_first_other_message() -> None:
     assert head_length(entries("suur")) == 3
     # A task statement cut by an elision is still the task statement.
     assert head_length(entries("suea")) == 3
+    # At most MAX_INSTRUCTION_MESSAGES of them.
+    assert head_length(entries("s" + "u" * 12 + "a")) == 1 + MAX_INSTRUCTION_MESSAGES
 
 
 def test_the_kept_instruction_is_the_task_statement_after_any_demonstration() -> None:

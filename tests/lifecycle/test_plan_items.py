@@ -162,6 +162,9 @@ async def condensed_summary(client: httpx.AsyncClient, uuid: str) -> str:
 
 
 LONG = " ".join(f"word{i}" for i in range(1000))
+TASK_MESSAGE = {"role": "user", "content": TASK}
+# The agent's first reply: the user messages after it are no longer the task statement.
+ON_IT = {"role": "assistant", "content": "On it."}
 
 
 def work(round_number: int) -> list[dict[str, Any]]:
@@ -186,7 +189,7 @@ async def test_a_condense_gives_the_plan_as_recorded_and_revives_no_finished_ite
     settings = fast_settings(context_dir, keep_recent=2, min_to_compress=2)
     async with running_app(settings) as client:
         uuid = (await create_task(client, context_length=100_000))["uuid"]
-        await client.post(f"/tasks/{uuid}/messages", json={"role": "user", "content": TASK})
+        await client.post(f"/tasks/{uuid}/messages", json={"messages": [TASK_MESSAGE, ON_IT]})
         await post_plan(client, uuid, {"plan_type": "initial", "items": ITEMS})
         await client.post(f"/tasks/{uuid}/messages", json={"messages": work(1)})
         first = await condensed_summary(client, uuid)
@@ -216,7 +219,7 @@ async def test_the_chat_summariser_is_given_the_plan_with_statuses(
     )
     async with running_app(settings) as client:
         uuid = (await create_task(client, context_length=100_000))["uuid"]
-        await client.post(f"/tasks/{uuid}/messages", json={"role": "user", "content": TASK})
+        await client.post(f"/tasks/{uuid}/messages", json={"messages": [TASK_MESSAGE, ON_IT]})
         await post_plan(client, uuid, {"plan_type": "initial", "items": ITEMS})
         await client.post(f"/tasks/{uuid}/messages", json={"messages": work(1)})
         response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "condense"})
