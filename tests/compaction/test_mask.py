@@ -55,6 +55,16 @@ def settings(context_dir: Path) -> Settings:
     return Settings(context_dir=context_dir, job_backoff_s=0)
 
 
+async def task_keeping(client: httpx.AsyncClient, keep_tool_results: int, **window: int) -> str:
+    """A running task whose masking keeps this many newest tool results; returns its uuid."""
+    compaction = {"keep_tool_results": keep_tool_results}
+    body = task_body(system_prompt=SYSTEM["content"], compaction=compaction, **window)
+    response = await client.post("/tasks", json=body)
+    assert response.status_code == 201, response.text
+    uuid: str = response.json()["uuid"]
+    return uuid
+
+
 async def payload(client: httpx.AsyncClient, uuid: str, fmt: str = "openai") -> list[Message]:
     response = await client.get(f"/tasks/{uuid}/request", params={"format": fmt})
     assert response.status_code == 200, response.text
@@ -261,15 +271,7 @@ async def test_the_background_compaction_goes_on_down_to_its_relief_level(
     append crossing the threshold again (and breaking the prompt's prefix again)."""
     settings = Settings(context_dir=context_dir, job_backoff_s=0, relief_share=relief_share)
     async with running_app(settings) as client:
-        body = task_body(
-            system_prompt=SYSTEM["content"],
-            context_length=16_000,
-            max_output_tokens=1000,
-            compaction={"keep_tool_results": 10},
-        )
-        response = await client.post("/tasks", json=body)
-        assert response.status_code == 201, response.text
-        uuid = response.json()["uuid"]
+        uuid = await task_keeping(client, 10, context_length=16_000, max_output_tokens=1000)
         await append(client, uuid, [INSTRUCTION])
         for i in range(18):  # ~700 tokens each: the threshold (11,200) is crossed
             response = await client.post(f"/tasks/{uuid}/messages", json={"messages": tool_turn(i)})
@@ -286,15 +288,7 @@ async def test_placeholders_that_do_not_fit_are_cut_not_refused(client: httpx.As
     still do not fit a tiny window: elision cuts the placeholders themselves (never bringing
     the outputs back), rather than GET /request answering 413. Regression: masked results
     were never elision candidates."""
-    body = task_body(
-        system_prompt=SYSTEM["content"],
-        context_length=1024,
-        max_output_tokens=256,
-        compaction={"keep_tool_results": 0},
-    )
-    response = await client.post("/tasks", json=body)
-    assert response.status_code == 201, response.text
-    uuid = response.json()["uuid"]
+    uuid = await task_keeping(client, 0, context_length=1024, max_output_tokens=256)
     calls = [
         {
             "id": f"call_{i}",
