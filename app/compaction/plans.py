@@ -93,14 +93,14 @@ def head_length(entries: list[Entry]) -> int:
     if entries[index : index + 1] and entries[index].role == "user":
         run = end
         # A message, maybe cut by an elision; never a summary or a truncation marker.
-        while run < len(entries) and entries[run].role == "user" and not _memory(entries[run]):
+        while (
+            run < len(entries)
+            and entries[run].role == "user"
+            and entries[run].marker not in MEMORY_KINDS
+        ):
             run += 1
         end = min(run, index + MAX_INSTRUCTION_MESSAGES)
     return end
-
-
-def _memory(entry: Entry) -> bool:
-    return entry.marker not in (None, "elision")
 
 
 def kept_length(entries: list[Entry]) -> int:

@@ -467,13 +467,7 @@ class CompactionService:
         return last or Outcome("skipped", measure.tokens, measure.tokens, reason="no_tier")
 
     async def _step(
-        self,
-        tier: str,
-        task_uuid: str,
-        fmt: str,
-        thread_id: int,
-        excess: int,
-        relaxed: bool,
+        self, tier: str, task_uuid: str, fmt: str, thread_id: int, excess: int, relaxed: bool
     ) -> Outcome:
         """One compaction of this tier ("skipped" when it changed nothing); ``relaxed``: any
         gain will do."""
