@@ -419,7 +419,13 @@ class CompactionService:
                     continue
                 if tier in ONCE_PER_FIT:
                     done.add(tier)
-                excess = measure.tokens - measure.budget.allowed
+                # An elision frees at least MIN_GAIN_SHARE of the context, as any compaction
+                # must: one just big enough would come back at the next turn and move the
+                # payload's prefix each time (the provider's prompt cache lost).
+                excess = max(
+                    measure.tokens - measure.budget.allowed,
+                    int(measure.tokens * self.settings.min_gain_share),
+                )
                 step = await self._step(tier, task_uuid, fmt, thread_id, excess, relaxed)
                 # Measure again after a change, and after any condense: a skipped one may have
                 # waited for another (a background job's) that changed the context.

@@ -568,6 +568,35 @@ async def test_request_elides_a_single_huge_tool_output(client: httpx.AsyncClien
     assert all(s["compressed_message_count"] == 1 for s in summaries if s["kind"] == "elision")
 
 
+async def test_an_elision_frees_a_tenth_of_the_context_so_the_next_turns_keep_the_prefix(
+    client: httpx.AsyncClient,
+) -> None:
+    """A context a few tokens over budget loses at least MIN_GAIN_SHARE (10%) of it, not just
+    the excess: a just-big-enough cut would come back at the next turn and move the payload's
+    prefix (the provider's prompt cache) every time."""
+    uuid = await new_task(client, context_length=8000, max_output_tokens=1000)
+    lines = [f"line {i:04d}: build output {'x' * 40}" for i in range(300)]
+    await append(client, uuid, [INSTRUCTION, *call_turn(1, "\n".join(lines))])
+    _, under, budget = await payload(client, uuid)
+    room = budget - under
+    assert room > 200
+    await append(client, uuid, [{"role": "user", "content": "word " * (room + 60)}])
+
+    first, _, _ = await payload(client, uuid)
+
+    summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+    assert [s["kind"] for s in summaries] == ["elision"]
+    # Over budget before: a tenth of the budget is less than a tenth of the context.
+    assert summaries[0]["original_tokens"] - summaries[0]["summary_tokens"] >= budget // 10
+    assert ELISION_TEXT in first["messages"][3]["content"]  # the large output gave way
+    reply = {"role": "assistant", "content": "word " * 150}
+    await append(client, uuid, [reply])
+    second, _, _ = await payload(client, uuid)
+    assert second["messages"] == [*first["messages"], reply]
+    summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+    assert [s["kind"] for s in summaries] == ["elision"]  # no second one
+
+
 async def test_an_elided_tool_output_keeps_the_error_lines_it_cut(
     client: httpx.AsyncClient,
 ) -> None:
