@@ -103,6 +103,14 @@ class Settings(BaseSettings):
 
     # fsync "always": an acknowledged write survives power loss; "never": only a process crash.
     fsync: Literal["always", "never"] = "always"
+    head_flush_ms: int = Field(
+        100,
+        ge=0,
+        le=10_000,
+        description="An append is committed by its fsynced line in messages.jsonl; the "
+        "database's head and the task's counters follow in batches this often (and before a "
+        "read of the task). 0: in the append's own transaction.",
+    )
 
     max_body_bytes: int = Field(32 * MiB, ge=1024, description="Largest accepted request body.")
     max_message_bytes: int = Field(8 * MiB, ge=256, description="Largest single message.")

@@ -156,7 +156,7 @@ def build_services(
         final_summaries=final_summaries,
         inheritance=inheritance,
         threads=ThreadService(store, tasks, jobs, settings),
-        stats=StatsService(db),
+        stats=StatsService(db, store.flush),
         maintenance=MaintenanceService(db, tasks, settings),
     )
 
@@ -197,7 +197,14 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         counting = TokenCounting(settings.token_counter)
         await warm_counters(counting, db, settings)
         async with httpx.AsyncClient() as http:  # shared by the LLM backends and webhooks
-            yield build_services(settings, db, layout, http, locks, counting)
+            services = build_services(settings, db, layout, http, locks, counting)
+            adopted = await services.store.adopt_unflushed()
+            if adopted:
+                log.warning("%d contexts held appends their database heads lacked", adopted)
+            try:
+                yield services
+            finally:
+                await services.store.close()  # the heads appends left pending
     finally:
         await locks.close()
         await db.dispose()

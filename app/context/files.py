@@ -350,9 +350,13 @@ def append_response(records: list[dict[str, Any]], context_tokens: int) -> dict[
 def write_group(
     files: ContextFiles, record_lines: list[bytes], current: list[bytes], *, fsync: bool
 ) -> None:
-    """Append a group's records, then their current lines; one write and fsync per file."""
+    """Append a group's records, then their current lines: one write per file, one fsync.
+
+    current.jsonl is not fsynced: it is a view of messages.jsonl, and after a power loss a
+    short or damaged one is rebuilt from it (:func:`recover`, ``ContextStore._whole_current``).
+    """
     append_bytes(files.messages, b"".join(record_lines), fsync=fsync)
-    append_bytes(files.current, b"".join(current), fsync=fsync)
+    append_bytes(files.current, b"".join(current), fsync=False)
 
 
 class History:

@@ -11,8 +11,8 @@ them if a crash left them out of step (:func:`app.context.files.recover`).
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +35,7 @@ from app.context.files import (
     require_metadata,
     write_group,
 )
+from app.context.pending import ContextKey, PendingHead, PendingHeads
 from app.context.records import (
     ContextAccumulator,
     HeadState,
@@ -169,6 +170,9 @@ class ContextStore:
             smoothing=settings.calibration_smoothing,
         )
         self.fsync = settings.fsync == "always"
+        self.pending = PendingHeads()
+        self._flush_every_s = settings.head_flush_ms / 1000
+        self._flusher: asyncio.Task[None] | None = None
         self._on_damaged_files = on_damaged_files
         self._max_message_bytes = settings.max_message_bytes
         self._pending: dict[tuple[str, int], list[_PendingAppend]] = {}
@@ -194,6 +198,8 @@ class ContextStore:
                     raise TaskNotFound(task_uuid)
 
         async with self.locks.hold(task_uuid, before_creating=require_task):
+            if (thread_id or with_threads) and self.pending.has_threads(task_uuid):
+                await self._write_pending({task_uuid})  # thread rows count their messages
             async with self.db.reader() as session:
                 row = (
                     await session.execute(
@@ -223,7 +229,9 @@ class ContextStore:
                 )
             await asyncio.to_thread(self._ensure_directory, task)
             try:
-                yield LockedTask(task, _head_state(head), thread_id, threads)
+                yield LockedTask(
+                    task, self._head_of(task_uuid, thread_id, head), thread_id, threads
+                )
             except ContextFilesDamaged:
                 if self._on_damaged_files is not None:
                     self._on_damaged_files()
@@ -235,8 +243,24 @@ class ContextStore:
             row = await session.get(ContextHead, (locked.task.uuid, thread_id))
         if row is None:
             raise ThreadNotFound(locked.task.uuid, thread_id)
-        other = LockedTask(locked.task, _head_state(row), thread_id, locked.threads)
+        head = self._head_of(locked.task.uuid, thread_id, row)
+        other = LockedTask(locked.task, head, thread_id, locked.threads)
         return dataclasses.replace(other, head=await self.recovered_head(other, reading=True))
+
+    def _head_of(self, task_uuid: str, thread_id: int, row: ContextHead) -> HeadState:
+        """A context's head: this process's pending one if the database's is its base."""
+        committed = _head_state(row)
+        pending = self.pending.view((task_uuid, thread_id), committed)
+        return committed if pending is None else pending.head
+
+    async def heads(self, task_uuid: str) -> dict[int, HeadState]:
+        """The heads of a task's contexts by thread id (the pending ones of this process where
+        the database's are their base), read without the task lock."""
+        async with self.db.reader() as session:
+            rows = await session.scalars(
+                select(ContextHead).where(ContextHead.task_uuid == task_uuid)
+            )
+            return {row.thread_id: self._head_of(task_uuid, row.thread_id, row) for row in rows}
 
     async def create_context(self, locked: LockedTask, thread: Thread) -> None:
         """A new thread of the locked task: its empty files, then its row and head in one
@@ -441,8 +465,21 @@ class ContextStore:
         if keys:
             async with self.db.reader() as session:
                 known = await load_idempotency_keys(session, task.uuid, keys)
+            deferred = self.pending.get((task.uuid, locked.thread_id))
+            if deferred is not None:
+                known |= {k: deferred.keys[k] for k in keys if k in deferred.keys}
         outcome = await asyncio.to_thread(self._write_group, locked, group, known)
-        if outcome.recovery.changed or outcome.head != head:  # refusals change nothing
+        if self._deferrable(locked, outcome):
+            self.pending.add(
+                (task.uuid, locked.thread_id),
+                head,
+                outcome.head,
+                outcome.stats,
+                outcome.new_keys,
+                datetime.now(UTC),
+            )
+            self._start_flusher()
+        elif outcome.recovery.changed or outcome.head != head:  # refusals change nothing
             await self._save(
                 locked, outcome.recovery, outcome.head, outcome.stats, outcome.new_keys
             )
@@ -451,6 +488,15 @@ class ContextStore:
         if resolve:
             _resolve(group, False)
         return outcome.head
+
+    def _deferrable(self, locked: LockedTask, outcome: _GroupOutcome) -> bool:
+        """Whether the database may learn of this group later (see app.context.pending): it
+        wrote records, and it neither repaired the files nor calibrates the task (both change
+        what the next access reads from the task's row)."""
+        if not self._flush_every_s or outcome.recovery.changed or outcome.head == locked.head:
+            return False
+        reported = outcome.stats.reported_prompt_tokens
+        return reported is None or locked.task.served_tokens is None or bool(locked.thread_id)
 
     def _write_group(
         self,
@@ -601,7 +647,11 @@ class ContextStore:
         transaction."""
         now = datetime.now(UTC)
         task_uuid = locked.task.uuid
+        # Written first, and pending until then: a read that flushes waits for the lock.
+        pending = self.pending.get((task_uuid, locked.thread_id))
         async with self.db.transaction() as session:
+            if pending is not None:
+                await _write_pending(session, (task_uuid, locked.thread_id), pending)
             connection = await session.connection()
             await connection.execute(_head_update(task_uuid, locked.thread_id, head))
             await connection.execute(
@@ -616,16 +666,152 @@ class ContextStore:
                     )
                     .values(**thread_values)
                 )
-            for result in keys:
-                await session.merge(
-                    IdempotencyKey(
-                        task_uuid=task_uuid,
-                        key=result.key,
-                        request_hash=result.request_hash,
-                        response=result.response,
-                        created_at=now,
-                    )
+            await _register_keys(session, task_uuid, keys, now)
+        self.pending.take((task_uuid, locked.thread_id))
+
+    # -- write-behind (app/context/pending.py) --------------------------------------------
+
+    def _start_flusher(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_while_pending())
+
+    async def _flush_while_pending(self) -> None:
+        while len(self.pending):
+            await asyncio.sleep(self._flush_every_s)
+            try:
+                await self.flush(wait=False)
+            except (InsufficientStorage, StorageUnavailable) as exc:
+                # Nothing is lost: the files hold the records; the next round tries again.
+                log.warning("pending heads not written: %s", exc.message)
+
+    async def flush(self, task_uuids: Iterable[str] | None = None, *, wait: bool = True) -> None:
+        """Write this process's pending heads (of ``task_uuids``, or all) to the database.
+        ``wait``: for each task's lock in turn (a read that must see every acknowledged
+        append); otherwise the tasks whose locks are free, in one transaction, the others left
+        to the next round."""
+        tasks = self.pending.tasks()
+        if task_uuids is not None:
+            tasks &= set(task_uuids)
+        if wait:
+            for task_uuid in sorted(tasks):
+                try:
+                    async with self.locks.hold(task_uuid, before_creating=_gone(task_uuid)):
+                        await self._write_pending({task_uuid})
+                except TaskNotFound:
+                    self.forget(task_uuid)
+                except (InsufficientStorage, StorageUnavailable) as exc:
+                    # A read needs no free space: it answers with the counters written so far.
+                    log.warning("pending heads not written: %s", exc.message)
+            return
+        async with AsyncExitStack() as stack:
+            held = {t for t in tasks if await stack.enter_async_context(self.locks.try_hold(t))}
+            await self._write_pending(held)
+
+    async def adopt_unflushed(self) -> int:
+        """At startup: commit what running contexts' files hold past their database heads (a
+        process that stopped without writing its pending heads), so the tasks table counts
+        every acknowledged append before anything reads it. Returns how many were behind."""
+        async with self.db.reader() as session:
+            rows = (
+                await session.execute(
+                    select(HEADS.c.task_uuid, HEADS.c.thread_id, HEADS.c.messages_bytes)
+                    .join(TASKS, TASKS.c.uuid == HEADS.c.task_uuid)
+                    .where(TASKS.c.status == "running")
                 )
+            ).all()
+
+        def behind() -> list[tuple[str, int]]:
+            def size(task_uuid: str, thread_id: int) -> int:
+                directory = self.layout.location_dir(STATUS_DIRS["running"], task_uuid)
+                return size_of(ContextFiles(context_dir(directory, thread_id)).messages)
+
+            return [(t, n) for t, n, committed in rows if size(t, n) > committed]
+
+        found = await asyncio.to_thread(behind)
+        for task_uuid, thread_id in found:
+            with suppress(AppError):  # damage or a vanished task: the next access says so
+                await self.head(task_uuid, thread_id)
+        return len(found)
+
+    async def flush_held(self, task_uuid: str) -> None:
+        """:meth:`flush` of a task whose lock is held."""
+        await self._write_pending({task_uuid})
+
+    def forget(self, task_uuid: str) -> None:
+        """Drop a task's pending heads: the task is being deleted (hold its lock)."""
+        self.pending.take_tasks({task_uuid})
+
+    async def _write_pending(self, task_uuids: set[str]) -> None:
+        """Hold the tasks' locks. The heads stay pending until written: a read that flushes
+        meanwhile waits for the lock rather than finding nothing to wait for."""
+        entries = self.pending.of_tasks(task_uuids)
+        if entries:
+            async with self.db.transaction() as session:
+                for key, entry in entries:
+                    await _write_pending(session, key, entry)
+            self.pending.take_tasks(task_uuids)
+
+    async def close(self) -> None:
+        """Stop the write-behind, its pending heads written."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._flusher
+        await self.flush()  # what it cannot write, the next start adopts from the files
+
+
+def _gone(task_uuid: str) -> Callable[[], Awaitable[None]]:
+    """A lock's ``before_creating`` that refuses: a task without a lock file is gone."""
+
+    async def refuse() -> None:
+        raise TaskNotFound(task_uuid)
+
+    return refuse
+
+
+async def _write_pending(session: AsyncSession, key: ContextKey, entry: PendingHead) -> None:
+    """Move a context's head from its base to its pending head, with the counters and keys of
+    the records between: only if the database's head is still the base (otherwise another
+    process adopted those records from the files and counted them itself)."""
+    task_uuid, thread_id = key
+    base = entry.base
+    connection = await session.connection()
+    moved = await connection.execute(
+        _head_update(task_uuid, thread_id, entry.head).where(
+            HEADS.c.last_seq == base.last_seq,
+            HEADS.c.messages_bytes == base.messages_bytes,
+            HEADS.c.current_bytes == base.current_bytes,
+        )
+    )
+    if moved.rowcount != 1:
+        log.info("task %s thread %d: pending head dropped, the head moved", task_uuid, thread_id)
+        return
+    values = _stats_values(Recovery(entry.head), entry.stats, thread_id)
+    await connection.execute(
+        update(TASKS).where(TASKS.c.uuid == task_uuid).values(updated_at=entry.updated_at, **values)
+    )
+    if thread_id:
+        await connection.execute(
+            update(THREADS)
+            .where(THREADS.c.task_uuid == task_uuid, THREADS.c.thread_id == thread_id)
+            .values(message_count=Thread.message_count + entry.stats.messages)
+        )
+    await _register_keys(session, task_uuid, list(entry.keys.values()), entry.updated_at)
+
+
+async def _register_keys(
+    session: AsyncSession, task_uuid: str, keys: list[IdempotentResult], now: datetime | None
+) -> None:
+    for result in keys:
+        await session.merge(
+            IdempotencyKey(
+                task_uuid=task_uuid,
+                key=result.key,
+                request_hash=result.request_hash,
+                response=result.response,
+                created_at=now or datetime.now(UTC),
+            )
+        )
 
 
 def _open_snapshot(

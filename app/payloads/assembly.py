@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import select
 
 from app.compaction.service import elided
 from app.context.files import ContextFiles
 from app.context.records import ANCHOR_TOKENS, HeadState
 from app.context.store import ContextStore, LockedTask, Snapshot
-from app.db.models import ContextHead, Task, Thread
+from app.db.models import Task, Thread
 from app.formats import counting_format, provider_format
 from app.formats.parts import plain_text
 from app.planning.pinning import pinned_line
@@ -97,7 +96,7 @@ class Assembler:
         threads = locked.threads
         if not threads:  # a task without threads: nothing to render, nothing above it
             return assembly
-        heads = await self._heads(locked.task.uuid)
+        heads = await self.store.heads(locked.task.uuid)
         task_dir = self.store.task_dir(locked.task)
         costs = self.store.counting.costs(locked.task.token_counter)
         renderer = _AnchorRenderer(task_dir, threads, heads, costs, fmt, viewer=locked.thread_id)
@@ -116,13 +115,6 @@ class Assembler:
             )
             assembly.protected += [ProtectedLine(ancestor, line, n) for line, n in lines]
         return assembly
-
-    async def _heads(self, task_uuid: str) -> dict[int, ContextHead]:
-        async with self.store.db.reader() as session:
-            rows = await session.scalars(
-                select(ContextHead).where(ContextHead.task_uuid == task_uuid)
-            )
-            return {row.thread_id: row for row in rows}
 
 
 def _protected_lines(
@@ -151,7 +143,7 @@ class _AnchorRenderer:
         self,
         task_dir: Path,
         threads: dict[int, Thread],
-        heads: dict[int, ContextHead],
+        heads: dict[int, HeadState],
         costs: TokenCosts,
         fmt: str,
         *,

@@ -8,6 +8,7 @@
 Everything is summed and averaged by the database; Python only reshapes the few group rows.
 """
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -124,11 +125,13 @@ def _float(value: Any) -> float | None:
 
 
 class StatsService:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, flush_pending: Callable[[], Awaitable[None]]) -> None:
         self.db = db
+        self.flush_pending = flush_pending  # the counters of appends not yet in the tasks table
 
     async def stats(self, filters: StatsFilters, *, running_limit: int = RUNNING_LIMIT) -> StatsOut:
         queries = build_queries(filters, running_limit)
+        await self.flush_pending()
         # One read transaction: the four answers describe the same snapshot.
         async with self.db.reader() as session, session.begin():
             groups = {row.status: row for row in await session.execute(queries.by_status)}

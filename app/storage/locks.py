@@ -47,6 +47,10 @@ class ProcessLocks(Protocol):
         self, name: str, before_creating: Callable[[], Awaitable[None]] | None
     ) -> AbstractAsyncContextManager[None]: ...
 
+    def try_hold(self, name: str) -> AbstractAsyncContextManager[bool]:
+        """The lock if no other process holds it (one attempt); yields whether it is held."""
+        ...
+
     def discard(self, name: str) -> None: ...
 
     async def close(self) -> None: ...
@@ -68,6 +72,27 @@ class TaskLocks:
         try:
             async with entry.lock, self._processes.hold(task_uuid, before_creating):
                 yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._entries[task_uuid]
+
+    @asynccontextmanager
+    async def try_hold(self, task_uuid: str) -> AsyncIterator[bool]:
+        """Hold the task's lock if no one does, without waiting; yields whether it is held."""
+        entry = self._entries.get(task_uuid)
+        if entry is not None and entry.lock.locked():
+            yield False
+            return
+        entry = self._entries.setdefault(task_uuid, _Entry())
+        entry.users += 1
+        try:
+            await entry.lock.acquire()  # free, and no await since: taken at once
+            try:
+                async with self._processes.try_hold(task_uuid) as held:
+                    yield held
+            finally:
+                entry.lock.release()
         finally:
             entry.users -= 1
             if entry.users == 0:
@@ -111,6 +136,23 @@ class FileLocks:
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the flock
+
+    @asynccontextmanager
+    async def try_hold(self, name: str) -> AsyncIterator[bool]:
+        try:
+            fd = _open_lock_file(self._layout.lock_path(name), create=False)
+        except FileNotFoundError:  # the task is gone
+            yield False
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield _still_at(self._layout.lock_path(name), fd)
+        finally:
+            os.close(fd)
 
     def discard(self, name: str) -> None:
         with suppress(FileNotFoundError):
@@ -168,6 +210,17 @@ class AdvisoryLocks:
             delay = min(delay * 2, _MAX_BACKOFF_S)
         try:
             yield
+        finally:
+            await asyncio.shield(self._scalar(_UNLOCK, key))
+
+    @asynccontextmanager
+    async def try_hold(self, name: str) -> AsyncIterator[bool]:
+        key = advisory_key(name)
+        if not await self._try_lock(key):
+            yield False
+            return
+        try:
+            yield True
         finally:
             await asyncio.shield(self._scalar(_UNLOCK, key))
 

@@ -360,6 +360,7 @@ class TaskService:
     # -- read -----------------------------------------------------------------------------
 
     async def get(self, task_uuid: str) -> TaskView:
+        await self.store.flush([task_uuid])  # its counters, with every acknowledged append
         context = await self.store.head(task_uuid)
         return self.view(context.task, context.head)
 
@@ -371,6 +372,7 @@ class TaskService:
             raise TaskNotFound(task_uuid)
 
     async def list(self, **query: Any) -> list[Task]:
+        await self.store.flush()
         async with self.store.db.reader() as session:
             return await repository.list_tasks(session, **query)
 
@@ -384,6 +386,7 @@ class TaskService:
             task = locked.task
             target = lifecycle.next_status(action, task.status)
             head = await self.store.recovered_head(locked)
+            await self.store.flush_held(task_uuid)  # the row below has every append's counts
             source_dir, target_dir = STATUS_DIRS[task.status], STATUS_DIRS[target]
             now = datetime.now(UTC)
             moved = False
@@ -463,6 +466,7 @@ class TaskService:
         layout = self.store.layout
         async with self.store.locked(task_uuid) as locked:
             source = STATUS_DIRS[locked.task.status]
+            self.store.forget(task_uuid)
             await asyncio.to_thread(layout.move, task_uuid, source, ".trash")
             try:
                 async with self.store.db.transaction() as session:

@@ -151,6 +151,7 @@ class ThreadService:
 
     async def tree(self, task_uuid: str) -> ThreadOut:
         """The root context (thread 0) with its threads nested under their parents."""
+        await self.store.flush([task_uuid])  # message counts, with every acknowledged append
         async with self.store.db.reader() as session:
             task = await session.get(Task, task_uuid)
             if task is None:
