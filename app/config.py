@@ -130,6 +130,17 @@ class Settings(BaseSettings):
     body_read_timeout_s: float = Field(
         60.0, gt=0, description="A body not whole this long after its headers: 408, closed."
     )
+    # Closing on a body still arriving makes the kernel reset the connection, and a client
+    # still sending then sees the reset, not the 413: a refused body is drained first, bounded.
+    max_discard_bytes: int = Field(
+        128 * MiB,
+        ge=0,
+        description="A body over MAX_BODY_BYTES but not over this is read to its end and dropped "
+        "before its 413; a larger one gets the 413 and a close at once.",
+    )
+    body_discard_timeout_s: float = Field(
+        10.0, gt=0, description="Longest drain of a refused body; then its 413 and a close."
+    )
     max_connections: int = Field(
         512,
         ge=1,

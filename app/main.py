@@ -46,6 +46,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
         read_timeout_s=settings.body_read_timeout_s,
+        discard_bytes=settings.max_discard_bytes,
+        discard_timeout_s=settings.body_discard_timeout_s,
     )
     app.add_middleware(NulQueryMiddleware)
     # Outside the body limit: a caller without a key has nothing of its body read.

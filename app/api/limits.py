@@ -22,31 +22,58 @@ class BodyLimitMiddleware:
 
     The body is buffered up to the limit (the JSON parser needs it whole anyway) and handed
     to the application only when it fits.
+
+    A refused body is read to its end and dropped before the 413 is sent (a lingering close),
+    up to ``discard_bytes`` in all and ``discard_timeout_s`` after the refusal: closing on
+    unread bytes makes the kernel reset the connection, and a client still sending (httpx's
+    async client, so the openai SDK's AsyncOpenAI) reports the reset, not the 413. Past those
+    bounds the 413 goes out with a close at once. The 413 must come after the drain: once a
+    response is complete uvicorn hands the application no more of the body.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, read_timeout_s: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        read_timeout_s: float,
+        discard_bytes: int,
+        discard_timeout_s: float,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.read_timeout_s = read_timeout_s
+        self.discard_bytes = discard_bytes
+        self.discard_timeout_s = discard_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length", b"")
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(send)
+            # A client waiting for 100 Continue has sent none of it (reading would invite it
+            # all), and a body past the drain's bound would be cut off anyway: refuse at once.
+            waiting = b"100-continue" in headers.get(b"expect", b"").lower()
+            if waiting or int(declared) > self.discard_bytes:
+                await self._reject(send, close=True)
+            else:
+                await self._reject_after_draining(receive, send, 0)
             return
         try:
             async with asyncio.timeout(self.read_timeout_s):
-                body = await self._read(receive)
+                read = await self._read(receive)
         except TimeoutError:
             await self._timed_out(send)
             return
-        if body is None:  # the client left
+        if read is None:  # the client left
             return
+        body, more = read
         if len(body) > self.max_bytes:
-            await self._reject(send)
+            if more:
+                await self._reject_after_draining(receive, send, len(body))
+            else:
+                await self._reject(send, close=False)
             return
         delivered = False
 
@@ -59,19 +86,38 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _read(self, receive: Receive) -> bytes | None:
-        """The whole body, or its first bytes past the limit; None if the client left."""
+    async def _read(self, receive: Receive) -> tuple[bytes, bool] | None:
+        """The whole body, or its first bytes past the limit, and whether more is coming;
+        None if the client left."""
         chunks: list[bytes] = []
         size = 0
-        while size <= self.max_bytes:
+        more = True
+        while more and size <= self.max_bytes:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return None
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+            more = message.get("more_body", False)
+        return b"".join(chunks), more
+
+    async def _reject_after_draining(self, receive: Receive, send: Send, size: int) -> None:
+        """The 413 once the rest of the body (``size`` bytes of it read so far) is read and
+        dropped; with a close if the drain's bounds cut it short, nothing if the client left."""
+        try:
+            async with asyncio.timeout(self.discard_timeout_s):
+                while size <= self.discard_bytes:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    size += len(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        # All read: the connection can serve the client's next request.
+                        await self._reject(send, close=False)
+                        return
+        except TimeoutError:
+            pass
+        await self._reject(send, close=True)
 
     async def _timed_out(self, send: Send) -> None:
         payload = error_payload(
@@ -82,13 +128,13 @@ class BodyLimitMiddleware:
         )
         await send_error(send, 408, payload, close=True)
 
-    async def _reject(self, send: Send) -> None:
+    async def _reject(self, send: Send, *, close: bool) -> None:
         payload = error_payload(
             "body_too_large",
             f"the request body exceeds {self.max_bytes} bytes",
             {"limit": self.max_bytes},
         )
-        await send_error(send, 413, payload, close=True)
+        await send_error(send, 413, payload, close=close)
 
 
 class NulQueryMiddleware:
