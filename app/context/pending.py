@@ -34,9 +34,11 @@ class PendingHeads:
 
     def __init__(self) -> None:
         self._entries: dict[ContextKey, PendingHead] = {}
+        # The counted tokens of the payload served last, per task, for the next reported usage.
+        self.served: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self.served)
 
     def view(self, key: ContextKey, committed: HeadState) -> PendingHead | None:
         """The pending head of a context whose database head is ``committed``; None (and the
@@ -76,13 +78,15 @@ class PendingHeads:
         return [(key, e) for key, e in self._entries.items() if key[0] in task_uuids]
 
     def take_tasks(self, task_uuids: set[str]) -> None:
-        """Drop the pending heads of these tasks' contexts."""
+        """Drop what is pending of these tasks."""
         for key, _ in self.of_tasks(task_uuids):
             del self._entries[key]
+        for task_uuid in task_uuids:
+            self.served.pop(task_uuid, None)
 
     def has_threads(self, task_uuid: str) -> bool:
         """Whether a thread of the task (not its root) has a pending head."""
         return any(task == task_uuid and thread for task, thread in self._entries)
 
     def tasks(self) -> set[str]:
-        return {task for task, _ in self._entries}
+        return {task for task, _ in self._entries} | set(self.served)

@@ -220,6 +220,9 @@ class ContextStore:
             if row is None:
                 raise TaskNotFound(task_uuid)
             task, head = row
+            served = self.pending.served.get(task_uuid)
+            if served is not None:  # the row is this request's own copy: not written back
+                task.served_tokens = served
             if thread_id and thread_id not in threads:
                 raise ThreadNotFound(task_uuid, thread_id)
             if head is None:
@@ -626,7 +629,12 @@ class ContextStore:
 
     async def record_served(self, task_uuid: str, tokens: int) -> None:
         """Remember the counted tokens of a payload served, for the next reported usage: the
-        bookkeeping of a read, skipped (not failed) when the store cannot take a write."""
+        bookkeeping of a read, written with the pending heads (the LLM call it is for takes
+        longer), or at once, skipped (not failed) when the store cannot take a write."""
+        if self._flush_every_s:
+            self.pending.served[task_uuid] = tokens
+            self._start_flusher()
+            return
         try:
             async with self.db.transaction() as session:
                 await session.execute(
@@ -668,6 +676,8 @@ class ContextStore:
                 )
             await _register_keys(session, task_uuid, keys, now)
         self.pending.take((task_uuid, locked.thread_id))
+        if "served_tokens" in task_values:  # a report used it: a later batch must not revive it
+            self.pending.served.pop(task_uuid, None)
 
     # -- write-behind (app/context/pending.py) --------------------------------------------
 
@@ -745,11 +755,20 @@ class ContextStore:
         """Hold the tasks' locks. The heads stay pending until written: a read that flushes
         meanwhile waits for the lock rather than finding nothing to wait for."""
         entries = self.pending.of_tasks(task_uuids)
-        if entries:
+        served = {t: self.pending.served[t] for t in task_uuids if t in self.pending.served}
+        if entries or served:
             async with self.db.transaction() as session:
                 for key, entry in entries:
                     await _write_pending(session, key, entry)
-            self.pending.take_tasks(task_uuids)
+                for task_uuid, tokens in served.items():
+                    await session.execute(
+                        update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
+                    )
+            for key, _ in entries:
+                self.pending.take(key)
+            for task_uuid, tokens in served.items():  # unless a payload served meanwhile
+                if self.pending.served.get(task_uuid) == tokens:
+                    del self.pending.served[task_uuid]
 
     async def close(self) -> None:
         """Stop the write-behind, its pending heads written."""
