@@ -11,14 +11,19 @@ time goes: on 2 cores, the load generator (httpx, one process) takes about one o
 import asyncio
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import psutil
+from asgi_lifespan import LifespanManager
+from starlette.types import ASGIApp, Message
 
+from app.config import Settings
+from app.main import create_app
 from bench.harness import (
     Report,
     Service,
@@ -28,6 +33,7 @@ from bench.harness import (
     create_task,
     http_client,
     percentile,
+    task_body,
 )
 
 AGENTS = (1, 8, 32, 128)
@@ -138,6 +144,89 @@ async def measure_service(
     return rows
 
 
+# -- where an append's CPU goes, in-process --------------------------------------------------
+
+
+async def asgi_call(app: ASGIApp, method: str, path: str, body: bytes = b"") -> bytes:
+    """One request handed to the app as a server would, with no client or socket around it:
+    what it costs is the app's alone."""
+    received = False
+    chunks: list[bytes] = []
+
+    async def receive() -> Message:
+        nonlocal received
+        if received:  # the app is done with the body: wait as a connection would
+            await asyncio.Event().wait()
+        received = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    headers = [(b"host", b"bench"), (b"content-type", b"application/json")]
+    scope = {
+        **{"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1"},
+        **{"method": method, "scheme": "http", "path": path, "raw_path": path.encode()},
+        **{"query_string": b"", "root_path": "", "headers": headers},
+        **{"client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)},
+    }
+    await app(scope, receive, send)
+    return b"".join(chunks)
+
+
+async def breakdown(scratch: Path, count: int) -> list[tuple[str, float]]:
+    """CPU ms per call of the append path's parts (process CPU: the worker threads count)."""
+    settings = Settings(context_dir=scratch / "breakdown" / "contexts", fsync="always")
+    body = orjson.dumps({"role": "user", "content": MESSAGE})
+    rows = []
+    async with LifespanManager(create_app(settings)) as started:
+        # The lifespan's state (what requests see as request.state): the built services.
+        app, store = started.app, started._state["services"].store
+        created = await asgi_call(app, "POST", "/tasks", orjson.dumps(task_body(WINDOW)))
+        uuid = orjson.loads(created)["uuid"]
+        path = f"/tasks/{uuid}/messages"
+
+        async def timed(label: str, call: Callable[[], Awaitable[object]]) -> float:
+            for _ in range(count // 10):  # warm
+                await call()
+            started_cpu = time.process_time()
+            for _ in range(count):
+                await call()
+            ms = (time.process_time() - started_cpu) / count * 1000
+            rows.append((label, round(ms, 3)))
+            return ms
+
+        async def locked() -> None:
+            async with store.locked(uuid):
+                pass
+
+        await timed(
+            "GET /healthz through the ASGI stack", lambda: asgi_call(app, "GET", "/healthz")
+        )
+        whole = await timed(
+            "POST /messages through the ASGI stack", lambda: asgi_call(app, "POST", path, body)
+        )
+        message = {"role": "user", "content": MESSAGE}
+        appended = await timed(
+            "the store's append", lambda: store.append(uuid, [dict(message)], None)
+        )
+        lock = await timed("of which: task lock, task row and head select, directory check", locked)
+        rows.append(
+            (
+                "of which: the rest (group commit, recover check, tokens, writes, fsync)",
+                round(appended - lock, 3),
+            )
+        )
+        rows.append(
+            (
+                "HTTP body, validation, response, middlewares (whole - store)",
+                round(whole - appended, 3),
+            )
+        )
+    return rows
+
+
 def run(quick: bool, scratch: Path) -> Report:
     agents = (1, 8) if quick else AGENTS
     seconds = 0.3 if quick else 2.5
@@ -149,11 +238,15 @@ def run(quick: bool, scratch: Path) -> Report:
     for mode in ("always", "never"):
         with Service(scratch / f"fsync-{mode}" / "contexts", FSYNC=mode) as service:
             results[mode] = asyncio.run(measure_service(service, agents, seconds))
-    return report(raw, results, seconds)
+    parts = asyncio.run(breakdown(scratch, 100 if quick else 2000))
+    return report(raw, results, seconds, parts)
 
 
 def report(
-    raw: dict[str, float], results: dict[str, list[dict[str, Any]]], seconds: float
+    raw: dict[str, float],
+    results: dict[str, list[dict[str, Any]]],
+    seconds: float,
+    parts: list[tuple[str, float]],
 ) -> Report:
     columns = [
         "fsync",
@@ -198,4 +291,14 @@ def report(
         "of this client + uvicorn on this machine). Group commit lets concurrent appends to one",
         "task share an fsync, so with fsync on they can pass the one-fsync-per-line raw loop.",
     ]
-    return Report([limits, table], {"raw_appends_per_s": raw, "cases": results})
+    where = Table(
+        "where an append's CPU goes (in-process, one task, fsync on)",
+        ["part", "CPU ms per call"],
+        [list(row) for row in parts],
+        [
+            "The app driven over ASGI with no server or client in the process; process CPU, so the",
+            "database's and the file writes' worker threads count.",
+        ],
+    )
+    data = {"raw_appends_per_s": raw, "cases": results, "breakdown_ms": dict(parts)}
+    return Report([limits, table, where], data)
