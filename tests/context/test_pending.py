@@ -1,0 +1,101 @@
+"""Pending heads: what an append acknowledged before the database's head moved to it.
+
+The bookkeeping on its own (pure), then the real app writing its batches on time."""
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+from app.config import Settings
+from app.context.pending import PendingHeads
+from app.context.records import HeadState, IdempotentResult, StatsDelta
+from tests.conftest import running_app, task_body
+from tests.database import run_sql
+
+NOW = datetime(2026, 11, 26, tzinfo=UTC)
+BASE = HeadState(last_seq=3, messages_bytes=300, current_bytes=200, current_messages=3)
+
+
+def head(seq: int) -> HeadState:
+    return HeadState(
+        last_seq=seq, messages_bytes=100 * seq, current_bytes=70 * seq, current_messages=seq
+    )
+
+
+def test_appends_accumulate_from_one_base() -> None:
+    pending = PendingHeads()
+    key = ("t1", 0)
+    first = IdempotentResult("k1", "hash", {"seqs": [4]})
+    pending.add(key, BASE, head(4), StatsDelta(messages=1), [first], NOW)
+    pending.add(key, head(4), head(6), StatsDelta(messages=2, tool_calls=1), [], NOW)
+
+    entry = pending.view(key, BASE)
+    assert entry is not None
+    assert entry.base == BASE  # the database's head, not the previous pending one
+    assert entry.head == head(6)
+    assert (entry.stats.messages, entry.stats.tool_calls) == (3, 1)
+    assert entry.keys == {"k1": first}
+
+
+def test_a_database_head_moved_by_another_process_drops_the_pending_one() -> None:
+    """Whoever moved it adopted these records from the files and counted them."""
+    pending = PendingHeads()
+    pending.add(("t1", 0), BASE, head(5), StatsDelta(messages=2), [], NOW)
+    assert pending.view(("t1", 0), head(7)) is None
+    assert pending.get(("t1", 0)) is None
+    assert len(pending) == 0
+
+
+def test_tasks_group_their_contexts_and_served_tokens() -> None:
+    pending = PendingHeads()
+    pending.add(("t1", 0), BASE, head(4), StatsDelta(messages=1), [], NOW)
+    pending.add(("t1", 2), BASE, head(4), StatsDelta(messages=1), [], NOW)
+    pending.add(("t2", 0), BASE, head(4), StatsDelta(messages=1), [], NOW)
+    pending.served["t3"] = 1200
+    assert pending.tasks() == {"t1", "t2", "t3"}
+    assert pending.has_threads("t1")
+    assert not pending.has_threads("t2")
+    assert [key for key, _ in pending.of_tasks({"t1"})] == [("t1", 0), ("t1", 2)]
+    pending.take_tasks({"t1", "t3"})
+    assert pending.tasks() == {"t2"}
+
+
+def committed(context_dir: Path, uuid: str) -> tuple[int, int, int]:
+    heads, tasks = run_sql(
+        context_dir,
+        ("SELECT last_seq FROM context_heads WHERE task_uuid = :u", {"u": uuid}),
+        ("SELECT total_messages, tool_call_count FROM tasks WHERE uuid = :u", {"u": uuid}),
+    )
+    return int(heads[0][0]), int(tasks[0][0]), int(tasks[0][1])
+
+
+async def test_a_batch_writes_heads_and_counters_without_any_read(context_dir: Path) -> None:
+    settings = Settings(context_dir=context_dir, head_flush_ms=20)
+    async with running_app(settings) as client:
+        created = await client.post("/tasks", json=task_body(system_prompt="You are an agent."))
+        uuid = created.json()["uuid"]
+        call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+        messages = [
+            {"role": "user", "content": "list the files"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+        ]
+        response = await client.post(f"/tasks/{uuid}/messages", json={"messages": messages})
+        assert response.status_code == 201, response.text
+        for _ in range(100):
+            if committed(context_dir, uuid) == (4, 4, 1):
+                break
+            await asyncio.sleep(0.02)
+        assert committed(context_dir, uuid) == (4, 4, 1)
+
+
+async def test_shutdown_writes_what_is_pending(context_dir: Path) -> None:
+    settings = Settings(context_dir=context_dir, head_flush_ms=10_000)
+    async with running_app(settings) as client:
+        created = await client.post("/tasks", json=task_body(system_prompt="You are an agent."))
+        uuid = created.json()["uuid"]
+        for i in range(3):
+            message = {"role": "user", "content": f"note {i}"}
+            assert (await client.post(f"/tasks/{uuid}/messages", json=message)).is_success
+        assert committed(context_dir, uuid) == (1, 1, 0)
+    assert committed(context_dir, uuid) == (4, 4, 0)
