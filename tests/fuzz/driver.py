@@ -287,13 +287,16 @@ class _Player:
         return response
 
     async def settle(self) -> None:
-        """Wait until the task's background jobs (a condense an append scheduled) are done;
-        none may have failed."""
+        """Wait until the task's background jobs (a condense an append scheduled) are done,
+        none failed, and the heads appends left pending are in the database (a read of the
+        task writes them)."""
         deadline = time.monotonic() + SETTLE_S
         while True:
             jobs = jobs_of(self.database, self.uuid)
             if all(job["status"] not in ("queued", "running") for job in jobs):
                 check_jobs(jobs)
+                response = await self.http.get(f"/tasks/{self.uuid}")
+                require(response.status_code == 200, f"GET /tasks/{{uuid}}: {response.status_code}")
                 return
             require(time.monotonic() < deadline, f"jobs never settled: {jobs}")
             await asyncio.sleep(0.01)
