@@ -9,6 +9,7 @@ that nothing is compacted). Each GET is made twice, the second measured; RSS is 
 peak during the request over its RSS before it.
 """
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -16,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
+from asgi_lifespan import LifespanManager
 
+from app.config import Settings
 from app.formats import FORMATS
+from app.main import create_app
+from bench.appends import asgi_call
 from bench.harness import (
     PeakRSS,
     Report,
@@ -28,6 +34,7 @@ from bench.harness import (
     mib,
     plain_read_s,
     size_label,
+    task_body,
 )
 
 SIZES = (10_000, 1_000_000, 10_000_000, 100_000_000)
@@ -94,7 +101,44 @@ def get_payload(service: Service, client: httpx.Client, task_uuid: str, fmt: str
     }
 
 
+# Server CPU of a payload, in-process, at windows up to 128k tokens: ~300 tokens a message.
+CPU_MESSAGES = (10, 100, 400)
+CPU_TEXT = "the parser test fails after the refactor of the tokenizer; " * 20
+
+
+async def payload_cpu(scratch: Path, requests: int) -> list[tuple[int, int, float]]:
+    """(messages, tokens, CPU ms per GET /request) of contexts in one task each, the app driven
+    over ASGI with no server or client in the process; first GET /healthz's (0 messages)."""
+    settings = Settings(context_dir=scratch / "cpu" / "contexts")
+    rows = []
+    async with LifespanManager(create_app(settings)) as started:
+        app = started.app
+        cases: list[tuple[str, int, int]] = [("/healthz", 0, 0)]
+        for count in CPU_MESSAGES:
+            created = await asgi_call(app, "POST", "/tasks", orjson.dumps(task_body(200_000)))
+            task_uuid = orjson.loads(created)["uuid"]
+            for start in range(0, count, 50):
+                batch = [
+                    {"role": ("user", "assistant")[i % 2], "content": f"{i} {CPU_TEXT}"}
+                    for i in range(start, min(start + 50, count))
+                ]
+                await asgi_call(
+                    app, "POST", f"/tasks/{task_uuid}/messages", orjson.dumps({"messages": batch})
+                )
+            task = orjson.loads(await asgi_call(app, "GET", f"/tasks/{task_uuid}"))
+            cases.append((f"/tasks/{task_uuid}/request", count, task["context"]["tokens"]))
+        for path, count, tokens in cases:
+            for _ in range(requests // 10):  # warm
+                await asgi_call(app, "GET", path)
+            started_cpu = time.process_time()
+            for _ in range(requests):
+                await asgi_call(app, "GET", path)
+            rows.append((count, tokens, (time.process_time() - started_cpu) / requests * 1000))
+    return rows
+
+
 def run(quick: bool, scratch: Path) -> Report:
+    cpu = asyncio.run(payload_cpu(scratch, 30 if quick else 300))
     sizes = SIZES[:2] if quick else SIZES
     context_dir = scratch / "contexts"
     bare = peak_rss_of(BARE)
@@ -116,10 +160,10 @@ def run(quick: bool, scratch: Path) -> Report:
                         "naive_rss_growth": naive,
                     }
                 )
-    return report(rows)
+    return report(rows, cpu)
 
 
-def report(rows: list[dict[str, Any]]) -> Report:
+def report(rows: list[dict[str, Any]], cpu: list[tuple[int, int, float]]) -> Report:
     table = Table(
         "GET /request: latency, throughput and server memory by context size",
         [
@@ -163,4 +207,16 @@ def report(rows: list[dict[str, Any]]) -> Report:
         "RSS over a bare interpreter's); 'memory saved' = 1 - server RSS growth / naive growth",
         "(n/a where the naive growth is under 1 MiB).",
     ]
-    return Report([table], {"rows": rows})
+    cpu_table = Table(
+        "GET /request: the server's CPU per payload (in-process, OpenAI format)",
+        ["request", "messages", "context tokens", "CPU ms"],
+        [
+            ["GET /healthz" if not count else "GET /request", count, tokens, round(ms, 3)]
+            for count, tokens, ms in cpu
+        ],
+        [
+            "The app driven over ASGI with no server or client in the process; process CPU, so the",
+            "worker threads count. Windows of 200k tokens: none of these contexts compacts.",
+        ],
+    )
+    return Report([cpu_table, table], {"rows": rows, "cpu_ms": cpu})

@@ -11,6 +11,7 @@ them if a crash left them out of step (:func:`app.context.files.recover`).
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -110,6 +111,19 @@ class Snapshot:
         self.handle.close()
 
 
+# How long an append may take this process's copy of a running task's row instead of reading
+# it: what it could miss is another process's calibration of the task (the status it checks
+# against the task's directory), so appends close together (a call and its result) read once.
+REMEMBERED_ROW_S = 1.0
+
+
+@dataclass
+class _RememberedRow:
+    task: Task
+    committed: HeadState  # the database's head when read (or written since by this process)
+    read_at: float
+
+
 @dataclass
 class _PendingAppend:
     messages: list[dict[str, Any]]
@@ -171,6 +185,7 @@ class ContextStore:
         )
         self.fsync = settings.fsync == "always"
         self.pending = PendingHeads()
+        self._rows: dict[str, _RememberedRow] = {}  # running tasks' rows, by uuid
         self._flush_every_s = settings.head_flush_ms / 1000
         self._flusher: asyncio.Task[None] | None = None
         self._on_damaged_files = on_damaged_files
@@ -187,10 +202,19 @@ class ContextStore:
 
     @asynccontextmanager
     async def locked(
-        self, task_uuid: str, thread_id: int = 0, *, with_threads: bool = False
+        self,
+        task_uuid: str,
+        thread_id: int = 0,
+        *,
+        with_threads: bool = False,
+        for_append: bool = False,
     ) -> AsyncIterator[LockedTask]:
         """Hold the task lock; yield its row and the committed head of one of its contexts,
-        its directory in place. The lock is the task's: all its contexts share it."""
+        its directory in place. The lock is the task's: all its contexts share it.
+
+        ``for_append``: an append to the root that reports no usage (so changes nothing of the
+        row but what the write-behind keeps) may take this process's copy of the row from a
+        moment ago (:class:`_RememberedRow`) instead of reading it."""
 
         async def require_task() -> None:  # lock files are made with their tasks
             async with self.db.reader() as session:
@@ -198,47 +222,78 @@ class ContextStore:
                     raise TaskNotFound(task_uuid)
 
         async with self.locks.hold(task_uuid, before_creating=require_task):
-            if (thread_id or with_threads) and self.pending.has_threads(task_uuid):
-                await self._write_pending({task_uuid})  # thread rows count their messages
-            async with self.db.reader() as session:
-                row = (
-                    await session.execute(
-                        select(Task, ContextHead)
-                        .outerjoin(
-                            ContextHead,
-                            and_(
-                                ContextHead.task_uuid == Task.uuid,
-                                ContextHead.thread_id == thread_id,
-                            ),
-                        )
-                        .where(Task.uuid == task_uuid)
-                    )
-                ).first()
-                threads: dict[int, Thread] = {}
-                if row is not None and (thread_id or with_threads):
-                    threads = await load_threads(session, task_uuid)
-            if row is None:
-                raise TaskNotFound(task_uuid)
-            task, head = row
-            served = self.pending.served.get(task_uuid)
-            if served is not None:  # the row is this request's own copy: not written back
-                task.served_tokens = served
-            if thread_id and thread_id not in threads:
-                raise ThreadNotFound(task_uuid, thread_id)
-            if head is None:
-                raise StorageError(
-                    f"task {task_uuid} has no context head for thread {thread_id}",
-                    code="head_missing",
-                )
-            await asyncio.to_thread(self._ensure_directory, task)
+            context = None
+            if for_append and not thread_id:
+                context = await self._remembered(task_uuid)
+            if context is None:
+                context = await self._read(task_uuid, thread_id, with_threads, for_append)
             try:
-                yield LockedTask(
-                    task, self._head_of(task_uuid, thread_id, head), thread_id, threads
-                )
+                yield context
             except ContextFilesDamaged:
                 if self._on_damaged_files is not None:
                     self._on_damaged_files()
                 raise
+
+    async def _read(
+        self, task_uuid: str, thread_id: int, with_threads: bool, remember: bool
+    ) -> LockedTask:
+        """A context of a locked task as the database has it (with this process's pending
+        head); remembered for the next appends with ``remember``, forgotten otherwise (the
+        lock's holder may change the row)."""
+        if (thread_id or with_threads) and self.pending.has_threads(task_uuid):
+            await self._write_pending({task_uuid})  # thread rows count their messages
+        # Whether the task has threads, in the same query: most have none to read.
+        has_threads = select(Thread.thread_id).where(Thread.task_uuid == Task.uuid).exists()
+        async with self.db.reader() as session:
+            row = (
+                await session.execute(
+                    select(Task, ContextHead, has_threads)
+                    .outerjoin(
+                        ContextHead,
+                        and_(
+                            ContextHead.task_uuid == Task.uuid,
+                            ContextHead.thread_id == thread_id,
+                        ),
+                    )
+                    .where(Task.uuid == task_uuid)
+                )
+            ).first()
+            threads: dict[int, Thread] = {}
+            if row is not None and row[2] and (thread_id or with_threads):
+                threads = await load_threads(session, task_uuid)
+        self._rows.pop(task_uuid, None)
+        if row is None:
+            raise TaskNotFound(task_uuid)
+        task, head, _ = row
+        served = self.pending.served.get(task_uuid)
+        if served is not None:  # the row is this request's own copy: not written back
+            task.served_tokens = served
+        if thread_id and thread_id not in threads:
+            raise ThreadNotFound(task_uuid, thread_id)
+        if head is None:
+            raise StorageError(
+                f"task {task_uuid} has no context head for thread {thread_id}",
+                code="head_missing",
+            )
+        await asyncio.to_thread(self._ensure_directory, task)
+        committed = _head_state(head)
+        if remember and task.status == "running" and not thread_id:
+            self._rows[task_uuid] = _RememberedRow(task, committed, time.monotonic())
+        return LockedTask(task, self._head_of(task_uuid, thread_id, head), thread_id, threads)
+
+    async def _remembered(self, task_uuid: str) -> LockedTask | None:
+        """The root of a locked task from this process's copy of its row, if that is recent
+        and still true: the task still running (its directory where a running task's is) and
+        the files the size of its head (no other process wrote to it since)."""
+        row = self._rows.get(task_uuid)
+        if row is None or time.monotonic() - row.read_at > REMEMBERED_ROW_S:
+            return None
+        pending = self.pending.get((task_uuid, 0))
+        head = row.committed if pending is None else pending.head
+        files = ContextFiles(context_dir(self.layout.location_dir("running", task_uuid), 0))
+        if not await asyncio.to_thread(files.in_agreement_with, head):
+            return None
+        return LockedTask(row.task, head)
 
     async def other_context(self, locked: LockedTask, thread_id: int) -> LockedTask:
         """Another context of the locked task (the lock already held), its files recovered."""
@@ -440,7 +495,9 @@ class ContextStore:
             del self._drainers[context]
 
     async def _commit_group(self, context: tuple[str, int], group: list[_PendingAppend]) -> None:
-        async with self.locked(*context) as locked:
+        # A reported usage may calibrate the task: that reads the row as it is now.
+        reports = any("usage" in m for p in group for m in p.messages)
+        async with self.locked(*context, for_append=not reports) as locked:
             new_head = await self._write_and_save(locked, group, resolve=False)
         scheduled = False
         if self.after_commit is not None and new_head != locked.head:
@@ -758,14 +815,17 @@ class ContextStore:
         served = {t: self.pending.served[t] for t in task_uuids if t in self.pending.served}
         if entries or served:
             async with self.db.transaction() as session:
-                for key, entry in entries:
-                    await _write_pending(session, key, entry)
+                written = [(k, e) for k, e in entries if await _write_pending(session, k, e)]
                 for task_uuid, tokens in served.items():
                     await session.execute(
                         update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
                     )
             for key, _ in entries:
                 self.pending.take(key)
+            for (task_uuid, thread_id), entry in written:
+                remembered = self._rows.get(task_uuid)
+                if remembered is not None and not thread_id:
+                    remembered.committed = entry.head
             for task_uuid, tokens in served.items():  # unless a payload served meanwhile
                 if self.pending.served.get(task_uuid) == tokens:
                     del self.pending.served[task_uuid]
@@ -788,10 +848,11 @@ def _gone(task_uuid: str) -> Callable[[], Awaitable[None]]:
     return refuse
 
 
-async def _write_pending(session: AsyncSession, key: ContextKey, entry: PendingHead) -> None:
+async def _write_pending(session: AsyncSession, key: ContextKey, entry: PendingHead) -> bool:
     """Move a context's head from its base to its pending head, with the counters and keys of
     the records between: only if the database's head is still the base (otherwise another
-    process adopted those records from the files and counted them itself)."""
+    process adopted those records from the files and counted them itself). Returns whether
+    it was written."""
     task_uuid, thread_id = key
     base = entry.base
     connection = await session.connection()
@@ -804,7 +865,7 @@ async def _write_pending(session: AsyncSession, key: ContextKey, entry: PendingH
     )
     if moved.rowcount != 1:
         log.info("task %s thread %d: pending head dropped, the head moved", task_uuid, thread_id)
-        return
+        return False
     values = _stats_values(Recovery(entry.head), entry.stats, thread_id)
     await connection.execute(
         update(TASKS).where(TASKS.c.uuid == task_uuid).values(updated_at=entry.updated_at, **values)
@@ -816,6 +877,7 @@ async def _write_pending(session: AsyncSession, key: ContextKey, entry: PendingH
             .values(message_count=Thread.message_count + entry.stats.messages)
         )
     await _register_keys(session, task_uuid, list(entry.keys.values()), entry.updated_at)
+    return True
 
 
 async def _register_keys(

@@ -158,3 +158,29 @@ async def test_with_no_flush_interval_each_append_moves_the_head_itself(
             response = await http.post(f"/tasks/{uuid}/messages", json={"messages": turn(i)})
             assert response.status_code == 201, response.text
             assert committed(servers.context_dir, uuid) == (3 + 2 * i, 3 + 2 * i)
+
+
+async def test_an_append_right_after_another_process_stopped_or_deleted_the_task_is_refused(
+    servers: ServerPool,
+) -> None:
+    """A process answers appends close together from its copy of the task's row; another
+    process's pause, resume and delete still hold at once (the task's directory says so)."""
+    a, b = servers.start(), servers.start()
+    async with (
+        httpx.AsyncClient(base_url=a.base_url, timeout=30) as to_a,
+        httpx.AsyncClient(base_url=b.base_url, timeout=30) as to_b,
+    ):
+        uuid = await new_task(to_a)
+        path = f"/tasks/{uuid}/messages"
+        note = {"role": "user", "content": "note"}
+        for _ in range(3):
+            assert (await to_a.post(path, json=note)).status_code == 201
+        assert (await to_b.post(f"/tasks/{uuid}/stop")).status_code == 200
+        refused = await to_a.post(path, json=note)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "task_not_writable"
+        assert (await to_b.post(f"/tasks/{uuid}/resume")).status_code == 200
+        assert (await to_a.post(path, json=note)).json()["seqs"] == [5]
+        assert (await to_b.delete(f"/tasks/{uuid}")).status_code == 204
+        gone = await to_a.post(path, json=note)
+        assert gone.status_code == 404, gone.text
