@@ -31,8 +31,8 @@ from app.context.files import (
     record_at,
     visible_records,
 )
-from app.context.records import ANCHOR, HeadState, openai_message, record_tokens
-from app.context.store import ContextStore, LockedTask, utc_timestamp
+from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
+from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
 from app.errors import AppError, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import native_format

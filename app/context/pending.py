@@ -5,7 +5,7 @@ files are the record of truth, and whatever lies past a context's database head 
 the next access (:func:`app.context.files.recover`). So an append need not move the head row
 in its own transaction. This process keeps the new head here, with the statistics and
 idempotency keys of the records between the database head (``base``) and it, and the store
-writes them in batches (``ContextStore.flush``).
+writes them in batches (:class:`app.context.write_behind.WriteBehind`).
 
 Every write of a pending head is a compare-and-set on ``base``: if another process moved the
 head meanwhile, it adopted these records from the files and counted them itself, so what is

@@ -1,4 +1,4 @@
-"""Message records and the context head, in pure code.
+"""Message records and the context head, in pure code (but for the clock of their timestamps).
 
 A record is a line of ``messages.jsonl``: ``seq``, the message as posted (OpenAI shape plus the
 seeds' ``tool_name`` and any extras), ``timestamp`` and ``tokens``. The first record of a batch may
@@ -12,6 +12,7 @@ The current line of a record is the message in OpenAI's request shape, one line 
 import copy
 import hashlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -51,6 +52,11 @@ RESERVED_FIELDS = frozenset(
         ANCHOR,
     }
 )
+
+
+def utc_timestamp() -> str:
+    """A record's ``timestamp``: now, in UTC, to the microsecond."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def refuse_reserved(messages: list[dict[str, Any]]) -> None:

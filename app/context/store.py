@@ -1,11 +1,14 @@
-"""The context store: every read and write of a task's files goes through here.
+"""The context store: every read and write of a task's contexts goes through here.
 
-Writes to one task are serialised by the task lock (in-process and across processes). Appends
-are group-committed: while one group is being written and fsynced, new appends queue up, and
-the next group takes all of them in one write and one fsync per file.
+Writes to one task are serialised by the task lock (in-process and across processes). Every
+access under the lock first checks the files against the committed head and repairs them if a
+crash left them out of step (:func:`app.context.files.recover`). Appends close together may take
+this process's copy of the task's row rather than read it again.
 
-Every access under the lock first checks the files against the committed head and repairs
-them if a crash left them out of step (:func:`app.context.files.recover`).
+The store runs its parts: group commit of appends (:mod:`app.context.group_commit`), their
+heads and counters in the database (:mod:`app.context.heads`), written behind in batches
+(:mod:`app.context.write_behind`), and the calibration of a task's token counts by reported
+usage (:mod:`app.tokens.calibration`).
 """
 
 import asyncio
@@ -13,45 +16,47 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from sqlalchemy import Update, and_, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.config import Settings
+from app.context import heads
 from app.context.files import (
     MARKER,
     ContextFiles,
     Recovery,
     Where,
     accept_loss,
-    append_response,
     read_metadata,
     rebuild,
     recover,
-    require_metadata,
-    write_group,
 )
-from app.context.pending import ContextKey, PendingHead, PendingHeads
+from app.context.group_commit import (
+    AppendQueues,
+    AppendResult,
+    GroupOutcome,
+    PendingAppend,
+    resolve,
+    write_appends,
+)
+from app.context.pending import ContextKey
 from app.context.records import (
-    ContextAccumulator,
     HeadState,
     IdempotentResult,
     StatsDelta,
     refuse_reserved,
-    request_hash,
+    utc_timestamp,
 )
+from app.context.write_behind import WriteBehind
 from app.db.engine import Database
-from app.db.models import ContextHead, IdempotencyKey, Task, Thread
+from app.db.models import ContextHead, Task, Thread
 from app.errors import (
     AppError,
     ContextFilesDamaged,
     InsufficientStorage,
-    InvalidInput,
     StorageError,
     StorageUnavailable,
     TaskNotFound,
@@ -67,12 +72,6 @@ from app.tokens.calibration import CalibrationPolicy
 from app.tokens.counting import TokenCounting
 
 log = logging.getLogger(__name__)
-# Every append moves its head and touches its task (and thread) row, every payload served
-# records its tokens: Core UPDATEs on the tables, as the ORM's DML path costs about a third of
-# the commit's CPU again (bench/README.md).
-HEADS = ContextHead.metadata.tables["context_heads"]
-TASKS = Task.metadata.tables["tasks"]
-THREADS = Thread.metadata.tables["threads"]
 
 
 @dataclass(frozen=True)
@@ -124,43 +123,8 @@ class _RememberedRow:
     read_at: float
 
 
-@dataclass
-class _PendingAppend:
-    messages: list[dict[str, Any]]
-    idempotency_key: str | None
-    future: "asyncio.Future[tuple[dict[str, Any], bool]]"
-    result: "tuple[dict[str, Any], bool] | AppError | None" = None
-
-
-def _resolve(group: list[_PendingAppend], scheduled: bool) -> None:
-    """Answer each append of a committed group (an AppError answers a refused one)."""
-    for pending in group:
-        result = pending.result
-        assert result is not None
-        if isinstance(result, AppError):
-            pending.future.set_exception(result)
-        else:
-            response, replayed = result
-            if not replayed:
-                response = {**response, "compaction_scheduled": scheduled}
-            pending.future.set_result((response, replayed))
-
-
-@dataclass
-class _GroupOutcome:
-    recovery: Recovery
-    head: HeadState
-    stats: StatsDelta
-    new_keys: list[IdempotentResult] = field(default_factory=list)
-    results: list[tuple[dict[str, Any], bool] | AppError] = field(default_factory=list)
-
-
 # Starts the idempotency keys the service makes itself: no header value can hold it.
 SERVICE_KEY = "\x1f"
-
-
-def utc_timestamp() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 class ContextStore:
@@ -184,14 +148,16 @@ class ContextStore:
             smoothing=settings.calibration_smoothing,
         )
         self.fsync = settings.fsync == "always"
-        self.pending = PendingHeads()
+        self.write_behind = WriteBehind(
+            db=db,
+            locks=locks,
+            every_s=settings.head_flush_ms / 1000,
+            on_written=self._written_behind,
+        )
         self._rows: dict[str, _RememberedRow] = {}  # running tasks' rows, by uuid
-        self._flush_every_s = settings.head_flush_ms / 1000
-        self._flusher: asyncio.Task[None] | None = None
         self._on_damaged_files = on_damaged_files
         self._max_message_bytes = settings.max_message_bytes
-        self._pending: dict[tuple[str, int], list[_PendingAppend]] = {}
-        self._drainers: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._appends = AppendQueues(self._commit_group)
         # Called after each group commit with the context and the heads before and after;
         # returns whether compaction was scheduled (wired by the lifespan to the condense job).
         self.after_commit: Callable[[LockedTask, HeadState, HeadState], Awaitable[bool]] | None = (
@@ -240,32 +206,19 @@ class ContextStore:
         """A context of a locked task as the database has it (with this process's pending
         head); remembered for the next appends with ``remember``, forgotten otherwise (the
         lock's holder may change the row)."""
-        if (thread_id or with_threads) and self.pending.has_threads(task_uuid):
-            await self._write_pending({task_uuid})  # thread rows count their messages
-        # Whether the task has threads, in the same query: most have none to read.
-        has_threads = select(Thread.thread_id).where(Thread.task_uuid == Task.uuid).exists()
+        pending = self.write_behind.pending
+        if (thread_id or with_threads) and pending.has_threads(task_uuid):
+            await self.write_behind.write({task_uuid})  # thread rows count their messages
         async with self.db.reader() as session:
-            row = (
-                await session.execute(
-                    select(Task, ContextHead, has_threads)
-                    .outerjoin(
-                        ContextHead,
-                        and_(
-                            ContextHead.task_uuid == Task.uuid,
-                            ContextHead.thread_id == thread_id,
-                        ),
-                    )
-                    .where(Task.uuid == task_uuid)
-                )
-            ).first()
+            row = await heads.load_context(session, task_uuid, thread_id)
             threads: dict[int, Thread] = {}
             if row is not None and row[2] and (thread_id or with_threads):
-                threads = await load_threads(session, task_uuid)
+                threads = await heads.load_threads(session, task_uuid)
         self._rows.pop(task_uuid, None)
         if row is None:
             raise TaskNotFound(task_uuid)
         task, head, _ = row
-        served = self.pending.served.get(task_uuid)
+        served = pending.served.get(task_uuid)
         if served is not None:  # the row is this request's own copy: not written back
             task.served_tokens = served
         if thread_id and thread_id not in threads:
@@ -276,7 +229,7 @@ class ContextStore:
                 code="head_missing",
             )
         await asyncio.to_thread(self._ensure_directory, task)
-        committed = _head_state(head)
+        committed = heads.head_state(head)
         if remember and task.status == "running" and not thread_id:
             self._rows[task_uuid] = _RememberedRow(task, committed, time.monotonic())
         return LockedTask(task, self._head_of(task_uuid, thread_id, head), thread_id, threads)
@@ -288,7 +241,7 @@ class ContextStore:
         row = self._rows.get(task_uuid)
         if row is None or time.monotonic() - row.read_at > REMEMBERED_ROW_S:
             return None
-        pending = self.pending.get((task_uuid, 0))
+        pending = self.write_behind.pending.get((task_uuid, 0))
         head = row.committed if pending is None else pending.head
         files = ContextFiles(context_dir(self.layout.location_dir("running", task_uuid), 0))
         if not await asyncio.to_thread(files.in_agreement_with, head):
@@ -307,18 +260,16 @@ class ContextStore:
 
     def _head_of(self, task_uuid: str, thread_id: int, row: ContextHead) -> HeadState:
         """A context's head: this process's pending one if the database's is its base."""
-        committed = _head_state(row)
-        pending = self.pending.view((task_uuid, thread_id), committed)
+        committed = heads.head_state(row)
+        pending = self.write_behind.pending.view((task_uuid, thread_id), committed)
         return committed if pending is None else pending.head
 
     async def heads(self, task_uuid: str) -> dict[int, HeadState]:
         """The heads of a task's contexts by thread id (the pending ones of this process where
         the database's are their base), read without the task lock."""
         async with self.db.reader() as session:
-            rows = await session.scalars(
-                select(ContextHead).where(ContextHead.task_uuid == task_uuid)
-            )
-            return {row.thread_id: self._head_of(task_uuid, row.thread_id, row) for row in rows}
+            rows = await heads.load_heads(session, task_uuid)
+        return {row.thread_id: self._head_of(task_uuid, row.thread_id, row) for row in rows}
 
     async def create_context(self, locked: LockedTask, thread: Thread) -> None:
         """A new thread of the locked task: its empty files, then its row and head in one
@@ -326,8 +277,7 @@ class ContextStore:
         directory = context_dir(self.task_dir(locked.task), thread.thread_id)
         await asyncio.to_thread(_create_files, directory, fsync=self.fsync)
         async with self.db.transaction() as session:
-            session.add(thread)
-            session.add(ContextHead(task_uuid=thread.task_uuid, thread_id=thread.thread_id))
+            heads.add_context(session, thread)
 
     def task_dir(self, task: Task) -> Path:
         return self.layout.task_dir(task.status, task.uuid)
@@ -441,23 +391,15 @@ class ContextStore:
         messages: list[dict[str, Any]],
         idempotency_key: str | None,
         thread_id: int = 0,
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> AppendResult:
         """Append a posted batch to a context; returns the append response and whether it was
         a replay. (The service's own records go through :meth:`append_locked`.)"""
         refuse_reserved(messages)
-        future: asyncio.Future[tuple[dict[str, Any], bool]] = (
-            asyncio.get_running_loop().create_future()
-        )
         if idempotency_key is not None and thread_id:
             # Keys are registered per task: a thread's get its id in front, after a control
             # character no HTTP header can carry (so no client key can look like it).
             idempotency_key = f"{SERVICE_KEY}thread-{thread_id}:{idempotency_key}"
-        context = (task_uuid, thread_id)
-        self._pending.setdefault(context, []).append(
-            _PendingAppend(messages, idempotency_key, future)
-        )
-        if context not in self._drainers:
-            self._drainers[context] = asyncio.create_task(self._drain(context))
+        future = self._appends.submit((task_uuid, thread_id), messages, idempotency_key)
         # A client that goes away must not cancel a commit other clients wait on.
         return await asyncio.shield(future)
 
@@ -472,48 +414,33 @@ class ContextStore:
         """Append one batch to a context whose task lock is held (no group commit); returns
         the new head and the append response. ``ended_parent``: the service's own record of
         a child may go into a thread that has ended."""
-        future: asyncio.Future[tuple[dict[str, Any], bool]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        pending = _PendingAppend(messages, idempotency_key, future)
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        pending = PendingAppend(messages, idempotency_key, future)
         head = await self._write_and_save(locked, [pending], ended_parent=ended_parent)
         response, _ = future.result()
         return head, response
 
-    async def _drain(self, context: tuple[str, int]) -> None:
-        try:
-            while group := self._pending.pop(context, None):
-                try:
-                    await self._commit_group(context, group)
-                except BaseException as exc:
-                    for pending in group:
-                        if not pending.future.done():
-                            pending.future.set_exception(exc)
-                    if not isinstance(exc, Exception):
-                        raise
-        finally:
-            del self._drainers[context]
-
-    async def _commit_group(self, context: tuple[str, int], group: list[_PendingAppend]) -> None:
+    async def _commit_group(self, context: ContextKey, group: list[PendingAppend]) -> None:
+        """Commit a group of appends to a context and answer them."""
         # A reported usage may calibrate the task: that reads the row as it is now.
         reports = any("usage" in m for p in group for m in p.messages)
         async with self.locked(*context, for_append=not reports) as locked:
-            new_head = await self._write_and_save(locked, group, resolve=False)
+            new_head = await self._write_and_save(locked, group, answer=False)
         scheduled = False
         if self.after_commit is not None and new_head != locked.head:
             scheduled = await self.after_commit(locked, locked.head, new_head)
-        _resolve(group, scheduled)
+        resolve(group, scheduled)
 
     async def _write_and_save(
         self,
         locked: LockedTask,
-        group: list[_PendingAppend],
+        group: list[PendingAppend],
         *,
-        resolve: bool = True,
+        answer: bool = True,
         ended_parent: bool = False,
     ) -> HeadState:
         """Write a group to the locked context and commit it; the futures get their answers
-        (one per append) here or, with ``resolve=False``, from the caller."""
+        (one per append) here or, with ``answer=False``, from the caller."""
         task, head = locked.task, locked.head
         if task.status != "running":
             raise TaskNotWritable(task.uuid, task.status, "take messages")
@@ -524,13 +451,25 @@ class ContextStore:
         known = {}
         if keys:
             async with self.db.reader() as session:
-                known = await load_idempotency_keys(session, task.uuid, keys)
-            deferred = self.pending.get((task.uuid, locked.thread_id))
+                known = await heads.load_idempotency_keys(session, task.uuid, keys)
+            deferred = self.write_behind.pending.get((task.uuid, locked.thread_id))
             if deferred is not None:
                 known |= {k: deferred.keys[k] for k in keys if k in deferred.keys}
-        outcome = await asyncio.to_thread(self._write_group, locked, group, known)
+        outcome = await asyncio.to_thread(
+            write_appends,
+            self.task_dir(task),
+            self.files(locked),
+            Where(task.uuid, locked.thread_id),
+            head,
+            group,
+            known,
+            counting=self.counting,
+            token_counter=task.token_counter,
+            max_message_bytes=self._max_message_bytes,
+            fsync=self.fsync,
+        )
         if self._deferrable(locked, outcome):
-            self.pending.add(
+            self.write_behind.pending.add(
                 (task.uuid, locked.thread_id),
                 head,
                 outcome.head,
@@ -538,71 +477,25 @@ class ContextStore:
                 outcome.new_keys,
                 datetime.now(UTC),
             )
-            self._start_flusher()
+            self.write_behind.start()
         elif outcome.recovery.changed or outcome.head != head:  # refusals change nothing
             await self._save(
                 locked, outcome.recovery, outcome.head, outcome.stats, outcome.new_keys
             )
         for pending, result in zip(group, outcome.results, strict=True):
             pending.result = result
-        if resolve:
-            _resolve(group, False)
+        if answer:
+            resolve(group, False)
         return outcome.head
 
-    def _deferrable(self, locked: LockedTask, outcome: _GroupOutcome) -> bool:
+    def _deferrable(self, locked: LockedTask, outcome: GroupOutcome) -> bool:
         """Whether the database may learn of this group later (see app.context.pending): it
         wrote records, and it neither repaired the files nor calibrates the task (both change
         what the next access reads from the task's row)."""
-        if not self._flush_every_s or outcome.recovery.changed or outcome.head == locked.head:
+        if not self.write_behind.every_s or outcome.recovery.changed or outcome.head == locked.head:
             return False
         reported = outcome.stats.reported_prompt_tokens
         return reported is None or locked.task.served_tokens is None or bool(locked.thread_id)
-
-    def _write_group(
-        self,
-        locked: LockedTask,
-        group: list[_PendingAppend],
-        known: dict[str, IdempotentResult],
-    ) -> _GroupOutcome:
-        require_metadata(self.task_dir(locked.task))
-        files, where = self.files(locked), Where(locked.task.uuid, locked.thread_id)
-        recovery = recover(files, locked.head, fsync=self.fsync, where=where)
-        known = known | {r.key: r for r in recovery.idempotent_results}
-        accumulator = ContextAccumulator(recovery.head)
-        costs = self.counting.costs(locked.task.token_counter)  # here: loading one blocks
-        outcome = _GroupOutcome(recovery=recovery, head=recovery.head, stats=StatsDelta())
-        record_lines: list[bytes] = []
-        current_lines: list[bytes] = []
-        timestamp = utc_timestamp()
-        for pending in group:
-            key = pending.idempotency_key
-            if key is not None and key in known:
-                outcome.results.append(_replay(known[key], pending.messages))
-                continue
-            try:
-                prepared = accumulator.prepare(
-                    pending.messages,
-                    costs=costs,
-                    timestamp=timestamp,
-                    max_message_bytes=self._max_message_bytes,
-                    idempotency_key=key,
-                )
-            except AppError as exc:
-                outcome.results.append(exc)
-                continue
-            for record, line in prepared:
-                record_lines.append(line)
-                current_lines.append(accumulator.admit(record, line))
-            response = append_response([r for r, _ in prepared], accumulator.head.context_tokens)
-            outcome.results.append((response, False))
-            if key is not None:
-                known[key] = IdempotentResult(key, prepared[0][0]["request_hash"], response)
-                outcome.new_keys.append(known[key])
-        if record_lines:
-            write_group(files, record_lines, current_lines, fsync=self.fsync)
-        outcome.head = accumulator.head
-        outcome.stats = accumulator.stats
-        return outcome
 
     async def accept_loss(self, task_uuid: str, thread_id: int = 0) -> list[int] | None:
         """An operator's repair of a context whose messages.jsonl lost committed bytes: what
@@ -626,11 +519,7 @@ class ContextStore:
 
     async def save_head(self, locked: LockedTask, head: HeadState, *, compactions: int = 0) -> None:
         """Commit a head rebuilt by a compaction or rewind. Hold the task lock."""
-        counters = {
-            "compression_count": Task.compression_count + compactions,
-            "total_summaries": Task.total_summaries + compactions,
-        }
-        await self._commit_head(locked, head, counters, [])
+        await self._commit_head(locked, head, heads.compaction_counters(compactions), [])
 
     async def _save(
         self,
@@ -642,7 +531,7 @@ class ContextStore:
     ) -> None:
         task = locked.task
         keys = [*recovery.idempotent_results, *new_keys]
-        values = _stats_values(recovery, stats, locked.thread_id)
+        values = heads.stats_values(recovery, stats, locked.thread_id)
         # Only a usage appended now answers the payload served last (not one found in history
         # by a recovery).
         reported = stats.reported_prompt_tokens
@@ -650,18 +539,14 @@ class ContextStore:
         # thread's report would be compared with another context's payload.
         if reported is not None and task.served_tokens is not None and not locked.thread_id:
             values |= self._calibrated(task, task.served_tokens, reported)
-        thread_values = {}
+        thread_values: dict[str, Any] = {}
         if locked.thread_id:
-            delta = recovery.stats.add(stats).messages
-            thread_values["message_count"] = (
-                delta if recovery.stats_are_totals else Thread.message_count + delta
-            )
+            thread_values = heads.thread_message_count(recovery, stats)
         await self._commit_head(locked, head, values, keys, thread_values)
 
     def _calibrated(self, task: Task, served: int, reported: int) -> dict[str, Any]:
         """Task values after an LLM reported ``reported`` prompt tokens for our ``served``."""
         factor = self.calibration.update(task.token_calibration, served, reported)
-        values: dict[str, Any] = {"served_tokens": None}  # one report per served payload
         if factor is None:
             log.info(
                 "task %s: reported %d prompt tokens for %d counted: not calibrating on that",
@@ -669,8 +554,7 @@ class ContextStore:
                 reported,
                 served,
             )
-            return values
-        if factor != task.token_calibration:
+        elif factor != task.token_calibration:
             log.info(
                 "task %s: token calibration %.4f -> %.4f (%d counted, %d reported)",
                 task.uuid,
@@ -679,26 +563,7 @@ class ContextStore:
                 served,
                 reported,
             )
-        return values | {
-            "token_calibration": factor,
-            "calibration_samples": Task.calibration_samples + 1,
-        }
-
-    async def record_served(self, task_uuid: str, tokens: int) -> None:
-        """Remember the counted tokens of a payload served, for the next reported usage: the
-        bookkeeping of a read, written with the pending heads (the LLM call it is for takes
-        longer), or at once, skipped (not failed) when the store cannot take a write."""
-        if self._flush_every_s:
-            self.pending.served[task_uuid] = tokens
-            self._start_flusher()
-            return
-        try:
-            async with self.db.transaction() as session:
-                await session.execute(
-                    update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
-                )
-        except (InsufficientStorage, StorageUnavailable) as exc:
-            log.warning("task %s: payload tokens not recorded: %s", task_uuid, exc.message)
+        return heads.calibration_values(factor)
 
     async def _commit_head(
         self,
@@ -711,81 +576,50 @@ class ContextStore:
         """Move the committed head, update the task (and thread) row and register keys: one
         transaction."""
         now = datetime.now(UTC)
-        task_uuid = locked.task.uuid
+        key = (locked.task.uuid, locked.thread_id)
         # Written first, and pending until then: a read that flushes waits for the lock.
-        pending = self.pending.get((task_uuid, locked.thread_id))
+        pending = self.write_behind.pending.get(key)
         async with self.db.transaction() as session:
             if pending is not None:
-                await _write_pending(session, (task_uuid, locked.thread_id), pending)
-            connection = await session.connection()
-            await connection.execute(_head_update(task_uuid, locked.thread_id, head))
-            await connection.execute(
-                update(TASKS).where(TASKS.c.uuid == task_uuid).values(updated_at=now, **task_values)
-            )
-            if thread_values:
-                await connection.execute(
-                    update(THREADS)
-                    .where(
-                        THREADS.c.task_uuid == task_uuid,
-                        THREADS.c.thread_id == locked.thread_id,
-                    )
-                    .values(**thread_values)
-                )
-            await _register_keys(session, task_uuid, keys, now)
-        self.pending.take((task_uuid, locked.thread_id))
+                await heads.write_pending(session, key, pending)
+            await heads.commit_head(session, key, head, task_values, keys, thread_values, now)
+        self.write_behind.pending.take(key)
         if "served_tokens" in task_values:  # a report used it: a later batch must not revive it
-            self.pending.served.pop(task_uuid, None)
+            self.write_behind.pending.served.pop(locked.task.uuid, None)
 
-    # -- write-behind (app/context/pending.py) --------------------------------------------
+    # -- write-behind (app/context/write_behind.py) ---------------------------------------
 
-    def _start_flusher(self) -> None:
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_while_pending())
-
-    async def _flush_while_pending(self) -> None:
-        while len(self.pending):
-            await asyncio.sleep(self._flush_every_s)
-            try:
-                await self.flush(wait=False)
-            except (InsufficientStorage, StorageUnavailable) as exc:
-                # Nothing is lost: the files hold the records; the next round tries again.
-                log.warning("pending heads not written: %s", exc.message)
+    async def record_served(self, task_uuid: str, tokens: int) -> None:
+        """Remember the counted tokens of a payload served, for the next reported usage: the
+        bookkeeping of a read (:meth:`WriteBehind.record_served`)."""
+        await self.write_behind.record_served(task_uuid, tokens)
 
     async def flush(self, task_uuids: Iterable[str] | None = None, *, wait: bool = True) -> None:
-        """Write this process's pending heads (of ``task_uuids``, or all) to the database.
-        ``wait``: for each task's lock in turn (a read that must see every acknowledged
-        append); otherwise the tasks whose locks are free, in one transaction, the others left
-        to the next round."""
-        tasks = self.pending.tasks()
-        if task_uuids is not None:
-            tasks &= set(task_uuids)
-        if wait:
-            for task_uuid in sorted(tasks):
-                try:
-                    async with self.locks.hold(task_uuid, before_creating=_gone(task_uuid)):
-                        await self._write_pending({task_uuid})
-                except TaskNotFound:
-                    self.forget(task_uuid)
-                except (InsufficientStorage, StorageUnavailable) as exc:
-                    # A read needs no free space: it answers with the counters written so far.
-                    log.warning("pending heads not written: %s", exc.message)
-            return
-        async with AsyncExitStack() as stack:
-            held = {t for t in tasks if await stack.enter_async_context(self.locks.try_hold(t))}
-            await self._write_pending(held)
+        """Write this process's pending heads (of ``task_uuids``, or all) to the database
+        (:meth:`WriteBehind.flush`)."""
+        await self.write_behind.flush(task_uuids, wait=wait)
+
+    async def flush_held(self, task_uuid: str) -> None:
+        """:meth:`flush` of a task whose lock is held."""
+        await self.write_behind.write({task_uuid})
+
+    def forget(self, task_uuid: str) -> None:
+        """Drop a task's pending heads: the task is being deleted (hold its lock)."""
+        self.write_behind.forget(task_uuid)
+
+    def _written_behind(self, key: ContextKey, head: HeadState) -> None:
+        """A pending head is now the database's: so is this process's copy of the row."""
+        task_uuid, thread_id = key
+        remembered = self._rows.get(task_uuid)
+        if remembered is not None and not thread_id:
+            remembered.committed = head
 
     async def adopt_unflushed(self) -> int:
         """At startup: commit what running contexts' files hold past their database heads (a
         process that stopped without writing its pending heads), so the tasks table counts
         every acknowledged append before anything reads it. Returns how many were behind."""
         async with self.db.reader() as session:
-            rows = (
-                await session.execute(
-                    select(HEADS.c.task_uuid, HEADS.c.thread_id, HEADS.c.messages_bytes)
-                    .join(TASKS, TASKS.c.uuid == HEADS.c.task_uuid)
-                    .where(TASKS.c.status == "running")
-                )
-            ).all()
+            rows = await heads.load_running_heads(session)
 
         def behind() -> list[tuple[str, int]]:
             def size(task_uuid: str, thread_id: int) -> int:
@@ -800,99 +634,9 @@ class ContextStore:
                 await self.head(task_uuid, thread_id)
         return len(found)
 
-    async def flush_held(self, task_uuid: str) -> None:
-        """:meth:`flush` of a task whose lock is held."""
-        await self._write_pending({task_uuid})
-
-    def forget(self, task_uuid: str) -> None:
-        """Drop a task's pending heads: the task is being deleted (hold its lock)."""
-        self.pending.take_tasks({task_uuid})
-
-    async def _write_pending(self, task_uuids: set[str]) -> None:
-        """Hold the tasks' locks. The heads stay pending until written: a read that flushes
-        meanwhile waits for the lock rather than finding nothing to wait for."""
-        entries = self.pending.of_tasks(task_uuids)
-        served = {t: self.pending.served[t] for t in task_uuids if t in self.pending.served}
-        if entries or served:
-            async with self.db.transaction() as session:
-                written = [(k, e) for k, e in entries if await _write_pending(session, k, e)]
-                for task_uuid, tokens in served.items():
-                    await session.execute(
-                        update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
-                    )
-            for key, _ in entries:
-                self.pending.take(key)
-            for (task_uuid, thread_id), entry in written:
-                remembered = self._rows.get(task_uuid)
-                if remembered is not None and not thread_id:
-                    remembered.committed = entry.head
-            for task_uuid, tokens in served.items():  # unless a payload served meanwhile
-                if self.pending.served.get(task_uuid) == tokens:
-                    del self.pending.served[task_uuid]
-
     async def close(self) -> None:
         """Stop the write-behind, its pending heads written."""
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._flusher
-        await self.flush()  # what it cannot write, the next start adopts from the files
-
-
-def _gone(task_uuid: str) -> Callable[[], Awaitable[None]]:
-    """A lock's ``before_creating`` that refuses: a task without a lock file is gone."""
-
-    async def refuse() -> None:
-        raise TaskNotFound(task_uuid)
-
-    return refuse
-
-
-async def _write_pending(session: AsyncSession, key: ContextKey, entry: PendingHead) -> bool:
-    """Move a context's head from its base to its pending head, with the counters and keys of
-    the records between: only if the database's head is still the base (otherwise another
-    process adopted those records from the files and counted them itself). Returns whether
-    it was written."""
-    task_uuid, thread_id = key
-    base = entry.base
-    connection = await session.connection()
-    moved = await connection.execute(
-        _head_update(task_uuid, thread_id, entry.head).where(
-            HEADS.c.last_seq == base.last_seq,
-            HEADS.c.messages_bytes == base.messages_bytes,
-            HEADS.c.current_bytes == base.current_bytes,
-        )
-    )
-    if moved.rowcount != 1:
-        log.info("task %s thread %d: pending head dropped, the head moved", task_uuid, thread_id)
-        return False
-    values = _stats_values(Recovery(entry.head), entry.stats, thread_id)
-    await connection.execute(
-        update(TASKS).where(TASKS.c.uuid == task_uuid).values(updated_at=entry.updated_at, **values)
-    )
-    if thread_id:
-        await connection.execute(
-            update(THREADS)
-            .where(THREADS.c.task_uuid == task_uuid, THREADS.c.thread_id == thread_id)
-            .values(message_count=Thread.message_count + entry.stats.messages)
-        )
-    await _register_keys(session, task_uuid, list(entry.keys.values()), entry.updated_at)
-    return True
-
-
-async def _register_keys(
-    session: AsyncSession, task_uuid: str, keys: list[IdempotentResult], now: datetime | None
-) -> None:
-    for result in keys:
-        await session.merge(
-            IdempotencyKey(
-                task_uuid=task_uuid,
-                key=result.key,
-                request_hash=result.request_hash,
-                response=result.response,
-                created_at=now or datetime.now(UTC),
-            )
-        )
+        await self.write_behind.close()
 
 
 def _open_snapshot(
@@ -919,77 +663,3 @@ def _create_files(directory: Path, *, fsync: bool) -> None:
     if fsync:  # the new names, up to threads/ in the task's directory
         for path in (directory, directory.parent, directory.parent.parent):
             fsync_dir(path)
-
-
-def _head_update(task_uuid: str, thread_id: int, head: HeadState) -> Update:
-    return (
-        update(HEADS)
-        .where(HEADS.c.task_uuid == task_uuid, HEADS.c.thread_id == thread_id)
-        .values(**dataclasses.asdict(head))
-    )
-
-
-def _replay(
-    prior: IdempotentResult, messages: list[dict[str, Any]]
-) -> tuple[dict[str, Any], bool] | AppError:
-    if request_hash(messages) != prior.request_hash:
-        return InvalidInput(
-            f"Idempotency-Key {prior.key!r} was already used for a different request",
-            code="idempotency_key_reused",
-            details={"key": prior.key},
-        )
-    return prior.response, True
-
-
-def _stats_values(recovery: Recovery, stats: StatsDelta, thread_id: int) -> dict[str, Any]:
-    """The task's statistics after a commit; they count the messages of all its contexts."""
-    if recovery.stats_are_totals and thread_id:
-        # A thread's history was re-read from scratch: its totals are not the task's, and what
-        # it lost is unknown. The task's figures stay as they were.
-        log.warning("thread %d: statistics not updated after rebuilding it", thread_id)
-        return {}
-    if recovery.stats_are_totals:
-        totals = recovery.stats.add(stats)
-        return {
-            "total_messages": totals.messages,
-            "llm_call_count": totals.llm_calls,
-            "tool_call_count": totals.tool_calls,
-            "total_tokens": totals.usage_tokens,
-        }
-    delta = recovery.stats.add(stats)
-    return {
-        "total_messages": Task.total_messages + delta.messages,
-        "llm_call_count": Task.llm_call_count + delta.llm_calls,
-        "tool_call_count": Task.tool_call_count + delta.tool_calls,
-        "total_tokens": Task.total_tokens + delta.usage_tokens,
-    }
-
-
-def _head_state(row: ContextHead) -> HeadState:
-    return HeadState(
-        last_seq=row.last_seq,
-        messages_bytes=row.messages_bytes,
-        current_bytes=row.current_bytes,
-        current_messages=row.current_messages,
-        context_tokens=row.context_tokens,
-        open_tool_calls=list(row.open_tool_calls),
-        format_tokens=dict(row.format_tokens or {}),
-    )
-
-
-async def load_threads(session: AsyncSession, task_uuid: str) -> dict[int, Thread]:
-    rows = await session.scalars(select(Thread).where(Thread.task_uuid == task_uuid))
-    return {t.thread_id: t for t in rows}
-
-
-async def load_idempotency_keys(
-    session: AsyncSession, task_uuid: str, keys: list[str]
-) -> dict[str, IdempotentResult]:
-    if not keys:
-        return {}
-    rows = await session.scalars(
-        select(IdempotencyKey).where(
-            IdempotencyKey.task_uuid == task_uuid, IdempotencyKey.key.in_(keys)
-        )
-    )
-    return {r.key: IdempotentResult(r.key, r.request_hash, r.response) for r in rows}

@@ -5,7 +5,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.context.store import ContextStore, LockedTask, utc_timestamp
+from app.context.records import utc_timestamp
+from app.context.store import ContextStore, LockedTask
 from app.errors import TaskNotWritable
 from app.storage.jsonl import append_bytes, dumps_line, last_record, read_page, repair_tail
 

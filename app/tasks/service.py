@@ -23,8 +23,8 @@ from app.compaction.policy import (
 )
 from app.config import Settings
 from app.context.files import ContextFiles, write_group
-from app.context.records import ContextAccumulator, HeadState, StatsDelta
-from app.context.store import ContextStore, LockedTask, utc_timestamp
+from app.context.records import ContextAccumulator, HeadState, StatsDelta, utc_timestamp
+from app.context.store import ContextStore, LockedTask
 from app.db.models import ContextHead, Job, Task, Thread
 from app.errors import Conflict, InvalidInput, StorageError, TaskNotFound
 from app.formats import FORMATS, native_format

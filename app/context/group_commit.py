@@ -1,0 +1,169 @@
+"""Group commit of appends: one write and one fsync per file for all appends that queued up.
+
+While one group of a context is being written and committed, new appends to it wait in its
+queue; the next group takes all of them. Each append still gets its own answer: its response,
+a replay of an idempotency key, or the error that refused it alone.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.context.files import (
+    ContextFiles,
+    Recovery,
+    Where,
+    append_response,
+    recover,
+    require_metadata,
+    write_group,
+)
+from app.context.pending import ContextKey
+from app.context.records import (
+    ContextAccumulator,
+    HeadState,
+    IdempotentResult,
+    StatsDelta,
+    request_hash,
+    utc_timestamp,
+)
+from app.errors import AppError, InvalidInput
+from app.tokens.counting import TokenCounting
+
+AppendResult = tuple[dict[str, Any], bool]  # the append response, and whether it was a replay
+
+
+@dataclass
+class PendingAppend:
+    messages: list[dict[str, Any]]
+    idempotency_key: str | None
+    future: "asyncio.Future[AppendResult]"
+    result: "AppendResult | AppError | None" = None
+
+
+def resolve(group: list[PendingAppend], scheduled: bool) -> None:
+    """Answer each append of a committed group (an AppError answers a refused one)."""
+    for pending in group:
+        result = pending.result
+        assert result is not None
+        if isinstance(result, AppError):
+            pending.future.set_exception(result)
+        else:
+            response, replayed = result
+            if not replayed:
+                response = {**response, "compaction_scheduled": scheduled}
+            pending.future.set_result((response, replayed))
+
+
+class AppendQueues:
+    """The appends waiting for each context, and per context one drainer that hands them to
+    ``commit`` a group at a time (which answers them; a failure of the whole group answers
+    those it left unanswered)."""
+
+    def __init__(self, commit: Callable[[ContextKey, list[PendingAppend]], Awaitable[None]]):
+        self._commit = commit
+        self._waiting: dict[ContextKey, list[PendingAppend]] = {}
+        self._drainers: dict[ContextKey, asyncio.Task[None]] = {}
+
+    def submit(
+        self, context: ContextKey, messages: list[dict[str, Any]], idempotency_key: str | None
+    ) -> "asyncio.Future[AppendResult]":
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(context, []).append(
+            PendingAppend(messages, idempotency_key, future)
+        )
+        if context not in self._drainers:
+            self._drainers[context] = asyncio.create_task(self._drain(context))
+        return future
+
+    async def _drain(self, context: ContextKey) -> None:
+        try:
+            while group := self._waiting.pop(context, None):
+                try:
+                    await self._commit(context, group)
+                except BaseException as exc:
+                    for pending in group:
+                        if not pending.future.done():
+                            pending.future.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+        finally:
+            del self._drainers[context]
+
+
+@dataclass
+class GroupOutcome:
+    recovery: Recovery
+    head: HeadState
+    stats: StatsDelta
+    new_keys: list[IdempotentResult] = field(default_factory=list)
+    results: list[AppendResult | AppError] = field(default_factory=list)
+
+
+def write_appends(
+    task_dir: Path,
+    files: ContextFiles,
+    where: Where,
+    head: HeadState,
+    group: list[PendingAppend],
+    known: dict[str, IdempotentResult],
+    *,
+    counting: TokenCounting,
+    token_counter: str,
+    max_message_bytes: int,
+    fsync: bool,
+) -> GroupOutcome:
+    """Write a group to a context's ``files`` in the task's directory (repaired first if a
+    crash left them past ``head``): its records, one result per append in ``results``.
+    ``known``: the idempotency keys the database has registered. Blocking; the database is the
+    caller's."""
+    require_metadata(task_dir)
+    recovery = recover(files, head, fsync=fsync, where=where)
+    known = known | {r.key: r for r in recovery.idempotent_results}
+    accumulator = ContextAccumulator(recovery.head)
+    costs = counting.costs(token_counter)  # here: loading one blocks
+    outcome = GroupOutcome(recovery=recovery, head=recovery.head, stats=StatsDelta())
+    record_lines: list[bytes] = []
+    current_lines: list[bytes] = []
+    timestamp = utc_timestamp()
+    for pending in group:
+        key = pending.idempotency_key
+        if key is not None and key in known:
+            outcome.results.append(_replay(known[key], pending.messages))
+            continue
+        try:
+            prepared = accumulator.prepare(
+                pending.messages,
+                costs=costs,
+                timestamp=timestamp,
+                max_message_bytes=max_message_bytes,
+                idempotency_key=key,
+            )
+        except AppError as exc:
+            outcome.results.append(exc)
+            continue
+        for record, line in prepared:
+            record_lines.append(line)
+            current_lines.append(accumulator.admit(record, line))
+        response = append_response([r for r, _ in prepared], accumulator.head.context_tokens)
+        outcome.results.append((response, False))
+        if key is not None:
+            known[key] = IdempotentResult(key, prepared[0][0]["request_hash"], response)
+            outcome.new_keys.append(known[key])
+    if record_lines:
+        write_group(files, record_lines, current_lines, fsync=fsync)
+    outcome.head = accumulator.head
+    outcome.stats = accumulator.stats
+    return outcome
+
+
+def _replay(prior: IdempotentResult, messages: list[dict[str, Any]]) -> AppendResult | AppError:
+    if request_hash(messages) != prior.request_hash:
+        return InvalidInput(
+            f"Idempotency-Key {prior.key!r} was already used for a different request",
+            code="idempotency_key_reused",
+            details={"key": prior.key},
+        )
+    return prior.response, True

@@ -1,0 +1,239 @@
+"""The database side of contexts: heads, the task (and thread) rows' counters, idempotency keys.
+
+Every statement the store runs on these tables is here; the callers hold the task lock and
+choose the transaction. The files are the record of truth (:mod:`app.context.files`): a head row
+says how much of them is committed and counted.
+"""
+
+import dataclasses
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Update, and_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.context.files import Recovery
+from app.context.pending import ContextKey, PendingHead
+from app.context.records import HeadState, IdempotentResult, StatsDelta
+from app.db.models import ContextHead, IdempotencyKey, Task, Thread
+
+log = logging.getLogger(__name__)
+# Every append moves its head and touches its task (and thread) row, every payload served
+# records its tokens: Core UPDATEs on the tables, as the ORM's DML path costs about a third of
+# the commit's CPU again (bench/README.md).
+HEADS = ContextHead.metadata.tables["context_heads"]
+TASKS = Task.metadata.tables["tasks"]
+THREADS = Thread.metadata.tables["threads"]
+
+
+def head_state(row: ContextHead) -> HeadState:
+    return HeadState(
+        last_seq=row.last_seq,
+        messages_bytes=row.messages_bytes,
+        current_bytes=row.current_bytes,
+        current_messages=row.current_messages,
+        context_tokens=row.context_tokens,
+        open_tool_calls=list(row.open_tool_calls),
+        format_tokens=dict(row.format_tokens or {}),
+    )
+
+
+async def load_context(
+    session: AsyncSession, task_uuid: str, thread_id: int
+) -> tuple[Task, ContextHead | None, bool] | None:
+    """A task's row, the head row of one of its contexts (None if it has none) and whether the
+    task has threads, in one query: most have none to read. None if there is no such task."""
+    has_threads = select(Thread.thread_id).where(Thread.task_uuid == Task.uuid).exists()
+    row = (
+        await session.execute(
+            select(Task, ContextHead, has_threads)
+            .outerjoin(
+                ContextHead,
+                and_(ContextHead.task_uuid == Task.uuid, ContextHead.thread_id == thread_id),
+            )
+            .where(Task.uuid == task_uuid)
+        )
+    ).first()
+    if row is None:
+        return None
+    task, head, any_threads = row
+    return task, head, any_threads
+
+
+async def load_heads(session: AsyncSession, task_uuid: str) -> list[ContextHead]:
+    """The head rows of all a task's contexts."""
+    return list(
+        await session.scalars(select(ContextHead).where(ContextHead.task_uuid == task_uuid))
+    )
+
+
+async def load_running_heads(session: AsyncSession) -> list[tuple[str, int, int]]:
+    """(task uuid, thread id, committed bytes of messages.jsonl) of every running context."""
+    rows = await session.execute(
+        select(HEADS.c.task_uuid, HEADS.c.thread_id, HEADS.c.messages_bytes)
+        .join(TASKS, TASKS.c.uuid == HEADS.c.task_uuid)
+        .where(TASKS.c.status == "running")
+    )
+    return [(task_uuid, thread_id, committed) for task_uuid, thread_id, committed in rows]
+
+
+async def load_threads(session: AsyncSession, task_uuid: str) -> dict[int, Thread]:
+    rows = await session.scalars(select(Thread).where(Thread.task_uuid == task_uuid))
+    return {t.thread_id: t for t in rows}
+
+
+async def load_idempotency_keys(
+    session: AsyncSession, task_uuid: str, keys: list[str]
+) -> dict[str, IdempotentResult]:
+    if not keys:
+        return {}
+    rows = await session.scalars(
+        select(IdempotencyKey).where(
+            IdempotencyKey.task_uuid == task_uuid, IdempotencyKey.key.in_(keys)
+        )
+    )
+    return {r.key: IdempotentResult(r.key, r.request_hash, r.response) for r in rows}
+
+
+def add_context(session: AsyncSession, thread: Thread) -> None:
+    """A new thread's row and its empty head."""
+    session.add(thread)
+    session.add(ContextHead(task_uuid=thread.task_uuid, thread_id=thread.thread_id))
+
+
+async def commit_head(
+    session: AsyncSession,
+    key: ContextKey,
+    head: HeadState,
+    task_values: dict[str, Any],
+    keys: list[IdempotentResult],
+    thread_values: dict[str, Any] | None,
+    now: datetime,
+) -> None:
+    """Move a context's head, update its task (and thread) row and register keys."""
+    task_uuid, thread_id = key
+    connection = await session.connection()
+    await connection.execute(_head_update(task_uuid, thread_id, head))
+    await connection.execute(
+        update(TASKS).where(TASKS.c.uuid == task_uuid).values(updated_at=now, **task_values)
+    )
+    if thread_values:
+        await connection.execute(
+            update(THREADS)
+            .where(THREADS.c.task_uuid == task_uuid, THREADS.c.thread_id == thread_id)
+            .values(**thread_values)
+        )
+    await _register_keys(session, task_uuid, keys, now)
+
+
+async def write_pending(session: AsyncSession, key: ContextKey, entry: PendingHead) -> bool:
+    """Move a context's head from its base to its pending head, with the counters and keys of
+    the records between: only if the database's head is still the base (otherwise another
+    process adopted those records from the files and counted them itself). Returns whether
+    it was written."""
+    task_uuid, thread_id = key
+    base = entry.base
+    connection = await session.connection()
+    moved = await connection.execute(
+        _head_update(task_uuid, thread_id, entry.head).where(
+            HEADS.c.last_seq == base.last_seq,
+            HEADS.c.messages_bytes == base.messages_bytes,
+            HEADS.c.current_bytes == base.current_bytes,
+        )
+    )
+    if moved.rowcount != 1:
+        log.info("task %s thread %d: pending head dropped, the head moved", task_uuid, thread_id)
+        return False
+    values = stats_values(Recovery(entry.head), entry.stats, thread_id)
+    await connection.execute(
+        update(TASKS).where(TASKS.c.uuid == task_uuid).values(updated_at=entry.updated_at, **values)
+    )
+    if thread_id:
+        await connection.execute(
+            update(THREADS)
+            .where(THREADS.c.task_uuid == task_uuid, THREADS.c.thread_id == thread_id)
+            .values(message_count=Thread.message_count + entry.stats.messages)
+        )
+    await _register_keys(session, task_uuid, list(entry.keys.values()), entry.updated_at)
+    return True
+
+
+async def write_served(session: AsyncSession, task_uuid: str, tokens: int) -> None:
+    """The counted tokens of the payload served last, for the next reported usage."""
+    await session.execute(
+        update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
+    )
+
+
+def stats_values(recovery: Recovery, stats: StatsDelta, thread_id: int) -> dict[str, Any]:
+    """The task's statistics after a commit; they count the messages of all its contexts."""
+    if recovery.stats_are_totals and thread_id:
+        # A thread's history was re-read from scratch: its totals are not the task's, and what
+        # it lost is unknown. The task's figures stay as they were.
+        log.warning("thread %d: statistics not updated after rebuilding it", thread_id)
+        return {}
+    if recovery.stats_are_totals:
+        totals = recovery.stats.add(stats)
+        return {
+            "total_messages": totals.messages,
+            "llm_call_count": totals.llm_calls,
+            "tool_call_count": totals.tool_calls,
+            "total_tokens": totals.usage_tokens,
+        }
+    delta = recovery.stats.add(stats)
+    return {
+        "total_messages": Task.total_messages + delta.messages,
+        "llm_call_count": Task.llm_call_count + delta.llm_calls,
+        "tool_call_count": Task.tool_call_count + delta.tool_calls,
+        "total_tokens": Task.total_tokens + delta.usage_tokens,
+    }
+
+
+def thread_message_count(recovery: Recovery, stats: StatsDelta) -> dict[str, Any]:
+    """A thread row's message count after a commit to the thread."""
+    delta = recovery.stats.add(stats).messages
+    return {"message_count": delta if recovery.stats_are_totals else Thread.message_count + delta}
+
+
+def compaction_counters(compactions: int) -> dict[str, Any]:
+    """The task's counters after a head rebuilt by ``compactions`` compactions (or a rewind)."""
+    return {
+        "compression_count": Task.compression_count + compactions,
+        "total_summaries": Task.total_summaries + compactions,
+    }
+
+
+def calibration_values(factor: float | None) -> dict[str, Any]:
+    """The task's values after a reported usage: the payload it answers is used up (one
+    report per payload served); ``factor``, when the report was evidence, is the new one."""
+    values: dict[str, Any] = {"served_tokens": None}
+    if factor is None:
+        return values
+    return values | {
+        "token_calibration": factor,
+        "calibration_samples": Task.calibration_samples + 1,
+    }
+
+
+def _head_update(task_uuid: str, thread_id: int, head: HeadState) -> Update:
+    return (
+        update(HEADS)
+        .where(HEADS.c.task_uuid == task_uuid, HEADS.c.thread_id == thread_id)
+        .values(**dataclasses.asdict(head))
+    )
+
+
+async def _register_keys(
+    session: AsyncSession, task_uuid: str, keys: list[IdempotentResult], now: datetime | None
+) -> None:
+    for result in keys:
+        await session.merge(
+            IdempotencyKey(
+                task_uuid=task_uuid,
+                key=result.key,
+                request_hash=result.request_hash,
+                response=result.response,
+                created_at=now or datetime.now(UTC),
+            )
+        )

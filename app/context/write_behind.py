@@ -1,0 +1,132 @@
+"""The writer of this process's pending heads (:mod:`app.context.pending`) to the database.
+
+While any are pending, a background round every ``head_flush_ms`` writes those of the tasks
+whose locks are free; a read that must see every acknowledged append flushes its task, waiting
+for the lock.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack, suppress
+
+from app.context import heads
+from app.context.pending import ContextKey, PendingHeads
+from app.context.records import HeadState
+from app.db.engine import Database
+from app.errors import InsufficientStorage, StorageUnavailable, TaskNotFound
+from app.storage.locks import TaskLocks
+
+log = logging.getLogger(__name__)
+
+
+class WriteBehind:
+    """``pending`` and the writing of it. ``on_written`` learns of each head written (its
+    context's database head is now that one)."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        locks: TaskLocks,
+        every_s: float,
+        on_written: Callable[[ContextKey, HeadState], None],
+    ) -> None:
+        self.db = db
+        self.locks = locks
+        self.pending = PendingHeads()
+        # 0: no write-behind, every commit writes its head at once.
+        self.every_s = every_s
+        self._on_written = on_written
+        self._flusher: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Have what is pending written in rounds (something was just added)."""
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_while_pending())
+
+    async def _flush_while_pending(self) -> None:
+        while len(self.pending):
+            await asyncio.sleep(self.every_s)
+            try:
+                await self.flush(wait=False)
+            except (InsufficientStorage, StorageUnavailable) as exc:
+                # Nothing is lost: the files hold the records; the next round tries again.
+                log.warning("pending heads not written: %s", exc.message)
+
+    async def flush(self, task_uuids: Iterable[str] | None = None, *, wait: bool = True) -> None:
+        """Write the pending heads (of ``task_uuids``, or all) to the database. ``wait``: for
+        each task's lock in turn (a read that must see every acknowledged append); otherwise
+        the tasks whose locks are free, in one transaction, the others left to the next
+        round."""
+        tasks = self.pending.tasks()
+        if task_uuids is not None:
+            tasks &= set(task_uuids)
+        if wait:
+            for task_uuid in sorted(tasks):
+                try:
+                    async with self.locks.hold(task_uuid, before_creating=_gone(task_uuid)):
+                        await self.write({task_uuid})
+                except TaskNotFound:
+                    self.forget(task_uuid)
+                except (InsufficientStorage, StorageUnavailable) as exc:
+                    # A read needs no free space: it answers with the counters written so far.
+                    log.warning("pending heads not written: %s", exc.message)
+            return
+        async with AsyncExitStack() as stack:
+            held = {t for t in tasks if await stack.enter_async_context(self.locks.try_hold(t))}
+            await self.write(held)
+
+    async def write(self, task_uuids: set[str]) -> None:
+        """Write these tasks' pending heads; hold their locks. The heads stay pending until
+        written: a read that flushes meanwhile waits for the lock rather than finding nothing
+        to wait for."""
+        entries = self.pending.of_tasks(task_uuids)
+        served = {t: self.pending.served[t] for t in task_uuids if t in self.pending.served}
+        if entries or served:
+            async with self.db.transaction() as session:
+                written = [(k, e) for k, e in entries if await heads.write_pending(session, k, e)]
+                for task_uuid, tokens in served.items():
+                    await heads.write_served(session, task_uuid, tokens)
+            for key, _ in entries:
+                self.pending.take(key)
+            for key, entry in written:
+                self._on_written(key, entry.head)
+            for task_uuid, tokens in served.items():  # unless a payload served meanwhile
+                if self.pending.served.get(task_uuid) == tokens:
+                    del self.pending.served[task_uuid]
+
+    async def record_served(self, task_uuid: str, tokens: int) -> None:
+        """Remember the counted tokens of a payload served: written with the pending heads
+        (the LLM call it is for takes longer), or at once, skipped (not failed) when the store
+        cannot take a write."""
+        if self.every_s:
+            self.pending.served[task_uuid] = tokens
+            self.start()
+            return
+        try:
+            async with self.db.transaction() as session:
+                await heads.write_served(session, task_uuid, tokens)
+        except (InsufficientStorage, StorageUnavailable) as exc:
+            log.warning("task %s: payload tokens not recorded: %s", task_uuid, exc.message)
+
+    def forget(self, task_uuid: str) -> None:
+        """Drop a task's pending heads: the task is being deleted (hold its lock)."""
+        self.pending.take_tasks({task_uuid})
+
+    async def close(self) -> None:
+        """Stop the rounds, the pending heads written."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._flusher
+        await self.flush()  # what it cannot write, the next start adopts from the files
+
+
+def _gone(task_uuid: str) -> Callable[[], Awaitable[None]]:
+    """A lock's ``before_creating`` that refuses: a task without a lock file is gone."""
+
+    async def refuse() -> None:
+        raise TaskNotFound(task_uuid)
+
+    return refuse
