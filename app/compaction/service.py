@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 Strategy = Literal["auto", "mask", "condense", "truncate"]
 SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
 MAX_FIT_ROUNDS = 12
+# An elision freeing less than this share of what is over the budget has stalled: the messages
+# left to cut are cut to their bones already.
+STALLED_ELISION_SHARE = 0.1
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
 MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
 MAX_PLACEHOLDER_ERRORS = 3  # error lines (grouped) a masked result's placeholder keeps
@@ -408,7 +411,10 @@ class CompactionService:
         condense (a background job's) may find the context under budget already."""
         last: Outcome | None = None
         done: set[str] = set()
-        relaxed = False  # once every tier has been skipped: any gain will do, the payload must fit
+        # Once every tier has been skipped, or elisions stall: any gain will do, the payload
+        # must fit (elisions of a few tokens each would spend the rounds while a truncation
+        # waits for a gain it cannot reach).
+        relaxed = False
         for _ in range(MAX_FIT_ROUNDS):
             measure = await self._measure(task_uuid, thread_id, fmt)
             fmt = measure.fmt
@@ -439,6 +445,11 @@ class CompactionService:
                 continue
             if step.kind != "skipped":
                 last = step
+                over = measure.tokens - measure.budget.allowed
+                small = step.tokens_before - step.tokens_after < over * STALLED_ELISION_SHARE
+                if tier == "elide" and small:
+                    relaxed = True
+                    done.discard(MASK)
         measure = await self._measure(task_uuid, thread_id, fmt)
         if measure.tokens > measure.budget.allowed:
             raise TooLarge(
