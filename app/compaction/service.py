@@ -16,11 +16,12 @@ from typing import Any, BinaryIO, Literal
 
 import orjson
 
+from app.budgets.policy import Budget
+from app.budgets.service import Budgets
 from app.compaction import plans
 from app.compaction.excerpts import ELISION_TEXT, normalize
 from app.compaction.extractive import grouped_errors
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
-from app.compaction.policy import Budget
 from app.compaction.summarizer import Summarizer, SummaryLimit
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
@@ -36,24 +37,25 @@ from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
 from app.errors import AppError, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import native_format
+from app.formats.costs import FormatTokens, TokenCosts, in_format
 from app.formats.parts import plain_text
 from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, timed_compaction
 from app.planning.items import latest_items
 from app.storage.layout import PLANNING
-from app.tasks.service import TaskService
 from app.tokens.accounting import content_tokens
-from app.tokens.costs import FormatTokens, TokenCosts, in_format
 from app.tokens.counters import TextCounter
 
 log = logging.getLogger(__name__)
 
 Strategy = Literal["auto", "mask", "condense", "truncate"]
 SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
-MAX_FIT_ROUNDS = 12
-# An elision freeing less than this share of what is over the budget has stalled: the messages
-# left to cut are cut to their bones already.
-STALLED_ELISION_SHARE = 0.1
+# A fit ends when a whole pass of the tiers changes nothing; this only bounds one whose steps
+# each free a few tokens (small messages behind a long marker, messages cut to the bone).
+MAX_FIT_ROUNDS = 64
+# A step freeing less than this share of what is over the budget has stalled: the messages
+# left to cut are cut to their bones already, or those left to hide are small.
+STALLED_SHARE = 0.1
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
 MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
 MAX_PLACEHOLDER_ERRORS = 3  # error lines (grouped) a masked result's placeholder keeps
@@ -105,7 +107,7 @@ class CompactionService:
     def __init__(
         self,
         store: ContextStore,
-        tasks: TaskService,
+        budgets: Budgets,
         summarizer: Summarizer,
         settings: Settings,
         *,
@@ -113,7 +115,7 @@ class CompactionService:
     ) -> None:
         self.metrics = metrics  # each outcome counted and timed (@timed_compaction)
         self.store = store
-        self.tasks = tasks
+        self.budgets = budgets
         self.summarizer = summarizer
         self.settings = settings
         self._busy: dict[tuple[str, int], asyncio.Lock] = {}
@@ -184,7 +186,7 @@ class CompactionService:
                 self._require_running(locked)
                 fmt = fmt or native_format(locked.task.llm_provider)
                 head, entries, files = await self._index(locked, fmt)
-                before = self.tasks.context_tokens(locked, head, fmt)
+                before = self.budgets.context_tokens(locked, head, fmt)
                 plan = plans.plan_condense(
                     entries,
                     keep_recent=self.settings.keep_recent,
@@ -235,7 +237,7 @@ class CompactionService:
     def _summary_limit(self, locked: LockedTask, fmt: str, messages: int) -> SummaryLimit:
         """What the summary may cost: ``summary_max_share`` of the budget, less its heading
         (the summary's own share of the message is counted with the task's counter)."""
-        allowed = self.tasks.context_budget(locked).allowed
+        allowed = self.budgets.context_budget(locked).allowed
         heading = SUMMARY_HEADER.format(count=messages)
         overhead = in_format(*self._cost(locked.task, {"role": "user", "content": heading}), fmt)
         counter = self.store.counting.costs(locked.task.token_counter).counter
@@ -254,7 +256,7 @@ class CompactionService:
     ) -> Outcome:
         async with self.store.locked(*context) as locked:
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.context_tokens(locked, head, fmt)
+            before = self.budgets.context_tokens(locked, head, fmt)
             if locked.task.status != "running":  # finished while the summariser worked
                 return Outcome("skipped", before, before, reason="task_not_running")
             if locked.thread is not None and locked.thread.status != "active":
@@ -294,8 +296,8 @@ class CompactionService:
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.context_tokens(locked, head, fmt)
-            tiers = self.tasks.compaction_options(locked.task)
+            before = self.budgets.context_tokens(locked, head, fmt)
+            tiers = self.budgets.compaction_options(locked.task)
             chosen = plans.plan_mask(entries, keep_tool_results=tiers.keep_tool_results)
             if not chosen:
                 return Outcome("skipped", before, before, reason="nothing_to_mask")
@@ -324,7 +326,7 @@ class CompactionService:
                 commit_marker, files, head, marker, summary, fsync=self.store.fsync
             )
             await self.store.save_head(locked, new_head, compactions=1)
-            after = self.tasks.context_tokens(locked, new_head, fmt)
+            after = self.budgets.context_tokens(locked, new_head, fmt)
             log.info(
                 "task %s thread %d: masked %d tool results, %d -> %d tokens",
                 task_uuid,
@@ -353,7 +355,7 @@ class CompactionService:
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.context_tokens(locked, head, fmt)
+            before = self.budgets.context_tokens(locked, head, fmt)
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
@@ -362,7 +364,7 @@ class CompactionService:
                 plan.messages(entries),
                 facts,
                 self.store.counting.costs(locked.task.token_counter).counter,
-                self.tasks.context_budget(locked).allowed,
+                self.budgets.context_budget(locked).allowed,
             )
             marker = {"role": "user", "content": content, "marker": "truncation"}
             cost = self._cost(locked.task, marker)
@@ -387,7 +389,7 @@ class CompactionService:
         ):
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.context_tokens(locked, head, fmt)
+            before = self.budgets.context_tokens(locked, head, fmt)
             costs = self.store.counting.costs(locked.task.token_counter)
             # Reading and counting large messages: off the event loop.
             found = await asyncio.to_thread(
@@ -446,10 +448,14 @@ class CompactionService:
             if step.kind != "skipped":
                 last = step
                 over = measure.tokens - measure.budget.allowed
-                small = step.tokens_before - step.tokens_after < over * STALLED_ELISION_SHARE
+                small = step.tokens_before - step.tokens_after < over * STALLED_SHARE
                 if tier == "elide" and small:
                     relaxed = True
                     done.discard(MASK)
+                elif tier == "truncate" and small and relaxed:
+                    # Truncations freeing a few tokens each (small messages behind a marker
+                    # listing their facts) would spend the rounds: elision's turn.
+                    done.add(tier)
         measure = await self._measure(task_uuid, thread_id, fmt)
         if measure.tokens > measure.budget.allowed:
             raise TooLarge(
@@ -503,10 +509,10 @@ class CompactionService:
         context = await self.store.head(task_uuid, thread_id)
         fmt = fmt or native_format(context.task.llm_provider)
         return Measure(
-            tokens=self.tasks.context_tokens(context, context.head, fmt),
-            budget=self.tasks.context_budget(context),
+            tokens=self.budgets.context_tokens(context, context.head, fmt),
+            budget=self.budgets.context_budget(context),
             fmt=fmt,
-            tiers=self.tasks.compaction_options(context.task).tiers,
+            tiers=self.budgets.compaction_options(context.task).tiers,
         )
 
     async def _condense_in_time(self, task_uuid: str, fmt: str, thread_id: int) -> Outcome | None:
@@ -526,8 +532,8 @@ class CompactionService:
         async with self.store.locked(task_uuid, thread_id) as locked:
             head = await self.store.recovered_head(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
-            tokens = self.tasks.context_tokens(locked, head, fmt)
-            budget = self.tasks.context_budget(locked)
+            tokens = self.budgets.context_tokens(locked, head, fmt)
+            budget = self.budgets.context_budget(locked)
             if tokens < budget.threshold:  # the usual case: no need to index the context
                 return {"action": "none"}
             _, entries, _ = await self._index(locked, fmt)
@@ -622,7 +628,7 @@ class CompactionService:
         cost: tuple[int, FormatTokens],
     ) -> Outcome:
         fmt = summary["counted_as"]
-        before = self.tasks.context_tokens(locked, head, fmt)
+        before = self.budgets.context_tokens(locked, head, fmt)
         hidden = span.messages(entries)
         marker = {
             **marker,
@@ -636,7 +642,7 @@ class CompactionService:
             commit_marker, files, head, marker, summary, fsync=self.store.fsync
         )
         await self.store.save_head(locked, new_head, compactions=1)
-        after = self.tasks.context_tokens(locked, new_head, fmt)
+        after = self.budgets.context_tokens(locked, new_head, fmt)
         log.info(
             "task %s thread %d: %s of %d messages, %d -> %d tokens",
             locked.task.uuid,

@@ -30,7 +30,7 @@ from app.context.records import (
     utc_timestamp,
 )
 from app.errors import AppError, InvalidInput
-from app.tokens.counting import TokenCounting
+from app.formats.costs import TokenCounting
 
 AppendResult = tuple[dict[str, Any], bool]  # the append response, and whether it was a replay
 

@@ -19,9 +19,9 @@ import orjson
 
 from app.context.effective import MASKED_BY, is_marker
 from app.errors import Conflict, InvalidInput, TooLarge
+from app.formats.costs import OTHER_FORMATS, TokenCosts, in_format
 from app.storage.jsonl import dumps_line
 from app.tokens.calibration import reported_output_tokens, reported_prompt_tokens
-from app.tokens.costs import OTHER_FORMATS, TokenCosts, in_format
 
 # A thread's anchor in its parent's context (app/threads/anchors.py): the thread's id.
 ANCHOR = "stelis_anchor"

@@ -64,12 +64,12 @@ from app.errors import (
     ThreadNotActive,
     ThreadNotFound,
 )
+from app.formats.costs import TokenCounting
 from app.storage.failures import storage_failure
 from app.storage.jsonl import first_damaged_line, fsync_dir, iter_lines, size_of, truncate
 from app.storage.layout import CURRENT, MESSAGES, STATUS_DIRS, Layout, context_dir
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
-from app.tokens.counting import TokenCounting
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,10 @@ class _RememberedRow:
     read_at: float
 
 
+# Called after each group commit with the context and the heads before and after; returns
+# whether compaction was scheduled (the condense trigger).
+AfterCommit = Callable[[LockedTask, HeadState, HeadState], Awaitable[bool]]
+
 # Starts the idempotency keys the service makes itself: no header value can hold it.
 SERVICE_KEY = "\x1f"
 
@@ -137,6 +141,7 @@ class ContextStore:
         counting: TokenCounting,
         settings: Settings,
         on_damaged_files: Callable[[], None] | None = None,
+        after_commit: AfterCommit | None = None,
     ) -> None:
         self.db = db
         self.layout = layout
@@ -158,11 +163,7 @@ class ContextStore:
         self._on_damaged_files = on_damaged_files
         self._max_message_bytes = settings.max_message_bytes
         self._appends = AppendQueues(self._commit_group)
-        # Called after each group commit with the context and the heads before and after;
-        # returns whether compaction was scheduled (wired by the lifespan to the condense job).
-        self.after_commit: Callable[[LockedTask, HeadState, HeadState], Awaitable[bool]] | None = (
-            None
-        )
+        self.after_commit = after_commit
 
     # -- locking and lookup ---------------------------------------------------------------
 

@@ -20,10 +20,10 @@ from app.db.models import Job
 from app.errors import Conflict
 from app.final_summaries.prompt import FINAL_SUMMARY_PROMPT, header
 from app.jobs.queue import JobQueue
+from app.lifecycle import FINISHED
 from app.llm.errors import LLMError
 from app.storage.jsonl import write_atomic
 from app.storage.layout import FINAL_SUMMARY
-from app.tasks.lifecycle import FINISHED
 
 log = logging.getLogger(__name__)
 

@@ -14,15 +14,15 @@ from sqlalchemy import select
 
 from app.context.store import ContextStore
 from app.db.models import Task
-from app.errors import NotFound, StorageError
+from app.errors import NotFound, StorageError, TaskNotFound
 from app.final_summaries.service import KIND as FINAL_SUMMARY
 from app.final_summaries.service import read_final_summary
 from app.inheritance.message import Previous, inherited_message, notification_comment
 from app.jobs.queue import ACTIVE, JobQueue
+from app.lifecycle import FINISHED
 from app.storage.jsonl import iter_lines_backward
 from app.storage.layout import PLANNING, SUMMARIES
-from app.tasks.lifecycle import FINISHED
-from app.tasks.schemas import TaskKey
+from app.task_key import TaskKey
 from app.tokens.counters import TextCounter
 
 _POLL_S = 0.2
@@ -44,6 +44,14 @@ class InheritanceService:
         self.store = store
         self.jobs = jobs
         self.wait_s = wait_s
+
+    async def task(self, task_uuid: str) -> Task:
+        """The task's row, for what it inherited (set at creation, never changed after)."""
+        async with self.store.db.reader() as session:
+            task = await session.get(Task, task_uuid)
+        if task is None:
+            raise TaskNotFound(task_uuid)
+        return task
 
     async def candidates(self, key: TaskKey, user: str | None, limit: int) -> list[Task]:
         """Finished tasks with this key and user, newest completion first."""

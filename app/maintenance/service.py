@@ -20,12 +20,12 @@ from enum import Enum
 from sqlalchemy import and_, or_, select
 
 from app.config import Settings
+from app.context.reconcile import find_orphans
 from app.db.engine import Database
 from app.db.models import Task
 from app.errors import AppError, InvalidInput, TaskNotFound
+from app.lifecycle import FINISHED
 from app.maintenance.schemas import CleanupReport, MaintenanceReport
-from app.storage.reconcile import find_orphans
-from app.tasks.lifecycle import FINISHED
 from app.tasks.service import TaskService
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, Select, func, select
 
 from app.db.engine import Database
 from app.db.models import Task
+from app.lifecycle import TaskStatus
 from app.stats.schemas import (
     FAILURES_LIMIT,
     RUNNING_LIMIT,
@@ -31,7 +32,7 @@ from app.stats.schemas import (
     UserCounts,
 )
 from app.stats.sql import HALF, NARROW, QUARTER, estimated, scanned, seconds_between
-from app.tasks.schemas import TaskKey, TaskStatus
+from app.task_key import TaskKey
 
 STATUSES: tuple[str, ...] = get_args(TaskStatus)
 KEY_COLUMNS = (Task.task_source, Task.owner, Task.repo, Task.task_type, Task.task_id)

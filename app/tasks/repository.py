@@ -4,7 +4,7 @@ import base64
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.keys import OPEN, Principal
@@ -13,6 +13,11 @@ from app.db.models import Task
 from app.errors import InvalidInput
 
 FILTER_COLUMNS = ("status", "user", "task_source", "owner", "repo", "task_type", "task_id")
+
+
+async def count_by_status(session: AsyncSession) -> dict[str, int]:
+    rows = await session.execute(select(Task.status, func.count()).group_by(Task.status))
+    return {str(status): int(n) for status, n in rows}
 
 
 def encode_cursor(task: Task) -> str:

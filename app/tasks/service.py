@@ -13,32 +13,24 @@ from typing import Any
 import orjson
 from sqlalchemy import update
 
-from app.auth.keys import Principal
-from app.compaction.policy import (
-    Budget,
-    CompactionOptions,
-    budget_for,
-    default_reserved_output,
-    effective_threshold,
-)
+from app import lifecycle
+from app.budgets.policy import Budget, default_reserved_output
+from app.budgets.service import Budgets
 from app.config import Settings
 from app.context.files import ContextFiles, write_group
 from app.context.records import ContextAccumulator, HeadState, StatsDelta, utc_timestamp
-from app.context.store import ContextStore, LockedTask
+from app.context.store import ContextStore
 from app.db.models import ContextHead, Job, Task, Thread
-from app.errors import Conflict, InvalidInput, StorageError, TaskNotFound
-from app.formats import FORMATS, native_format
+from app.errors import Conflict, InvalidInput, StorageError
+from app.formats import native_format
 from app.inheritance.service import InheritanceService, Inherited
 from app.jobs.queue import JobQueue
 from app.storage.jsonl import fsync_dir, write_atomic
 from app.storage.layout import METADATA, ORPHANS, STATUS_DIRS
-from app.tasks import lifecycle, repository
+from app.tasks import repository
 from app.tasks.presenters import task_out
 from app.tasks.schemas import TaskCreate
 from app.tasks.views import TaskView
-from app.threads.windows import chain_ratios
-from app.tokens.accounting import PER_PAYLOAD
-from app.tokens.costs import in_format
 from app.webhooks.selection import EVENTS, check_chosen, hooks_for
 
 log = logging.getLogger(__name__)
@@ -46,99 +38,31 @@ log = logging.getLogger(__name__)
 INHERITED_SHARE = 2  # the inherited context message takes at most 1/INHERITED_SHARE of the budget
 
 
-def tools_tokens(task: Task, fmt: str) -> int:
-    """Counted tokens of the task's tool definitions as ``fmt`` renders them."""
-    return in_format(task.tools_tokens, task.format_tools_tokens or {}, fmt)
-
-
 class TaskService:
     def __init__(
         self,
         store: ContextStore,
+        budgets: Budgets,
         settings: Settings,
         backend_names: frozenset[str],
         jobs: JobQueue,
         inheritance: InheritanceService,
     ) -> None:
         self.store = store
+        self.budgets = budgets
         self.settings = settings
         self.jobs = jobs
         self.inheritance = inheritance
         self.backend_names = backend_names | {"extractive"}
         self._fsync = settings.fsync == "always"
 
-    def budget(self, task: Task) -> Budget:
-        """The task's budget in counted tokens, its calibration applied."""
-        return self._budget(
-            task.model, task.context_length, task.max_output_tokens, task.token_calibration
-        )
-
-    def compaction_options(self, task: Task) -> CompactionOptions:
-        """The task's compaction tiers and masking, its own choices over the server's."""
-        server = CompactionOptions(
-            tiers=self.settings.compaction_tiers,
-            keep_tool_results=self.settings.keep_tool_results,
-        )
-        return server.merged(task.compaction)
-
-    def context_budget(self, context: LockedTask) -> Budget:
-        """The budget of one context: the task's, or a thread's share of it (seed 003)."""
-        return self.budget(context.task).share(chain_ratios(context.thread_id, context.threads))
-
-    def _budget(self, model: str, window: int, reserved: int, calibration: float = 1.0) -> Budget:
-        settings = self.settings
-        share = effective_threshold(
-            settings.condense_threshold, settings.condense_profile_thresholds.get(model), model
-        )
-        return budget_for(
-            window,
-            reserved,
-            buffer=settings.context_buffer,
-            condense_threshold=share,
-            token_threshold=settings.token_threshold,
-            calibration=calibration,
-        )
-
     def view(self, task: Task, head: HeadState | None = None) -> TaskView:
         tokens = None
         if head is not None:
-            tokens = self.payload_tokens(task, head, native_format(task.llm_provider))
-        return TaskView(task=task, head=head, budget=self.budget(task), payload_tokens=tokens)
-
-    def context_tokens(self, context: LockedTask, head: HeadState, fmt: str) -> int:
-        """Counted tokens of a context's own payload in ``fmt``: a thread's carries no pinned
-        plan (the task's plan is the root's; a thread works on what it was given)."""
-        return self.payload_tokens(context.task, head, fmt, pinned=not context.thread_id)
-
-    def payload_tokens(self, task: Task, head: HeadState, fmt: str, *, pinned: bool = True) -> int:
-        """Counted tokens of the payload in ``fmt`` ("openai", "anthropic" or "ollama")."""
-        tokens = head.tokens(fmt) + tools_tokens(task, fmt) + PER_PAYLOAD
-        if pinned and task.pin_plan and task.pinned_plan:
-            tokens += in_format(task.plan_tokens, task.format_plan_tokens or {}, fmt)
-        if head.open_tool_calls:
-            counter = self.store.counting.counter(task.token_counter)
-            tokens += FORMATS[fmt].open_calls_tokens(counter, len(head.open_tool_calls))
-        return tokens
-
-    async def schedule_condense(
-        self, context: LockedTask, before: HeadState, after: HeadState
-    ) -> bool:
-        """Condense a context in the background when an append (``before`` -> ``after``)
-        crosses its threshold (SPEC §6)."""
-        fmt = native_format(context.task.llm_provider)
-        old = self.context_tokens(context, before, fmt)
-        return await self.condense_if_crossed(
-            context, old, self.context_tokens(context, after, fmt)
+            tokens = self.budgets.payload_tokens(task, head, native_format(task.llm_provider))
+        return TaskView(
+            task=task, head=head, budget=self.budgets.budget(task), payload_tokens=tokens
         )
-
-    async def condense_if_crossed(self, context: LockedTask, old: int, new: int) -> bool:
-        """Queue a condense when a context's payload went from ``old`` to ``new`` tokens (in
-        its provider's format) across the threshold, or is over the budget."""
-        budget = self.context_budget(context)
-        if old < budget.threshold <= new or new > budget.allowed:
-            await self.jobs.enqueue_once(context.task.uuid, "condense", context.thread_id)
-            return True
-        return False
 
     # -- create ---------------------------------------------------------------------------
 
@@ -155,7 +79,7 @@ class TaskService:
         fingerprint = _fingerprint(body)
         window = body.context_length or self.settings.default_context_length
         reserved = body.max_output_tokens or default_reserved_output(window)
-        budget = self._budget(body.model, window, reserved)
+        budget = self.budgets.for_model(body.model, window, reserved)
         if budget.allowed <= 0:
             raise InvalidInput(
                 f"max_output_tokens {reserved} leaves no room in a {window}-token window",
@@ -364,13 +288,6 @@ class TaskService:
         context = await self.store.head(task_uuid)
         return self.view(context.task, context.head)
 
-    async def require_visible(self, task_uuid: str, principal: Principal) -> None:
-        """TaskNotFound unless the task exists and is one of ``principal``'s tenants'."""
-        async with self.store.db.reader() as session:
-            task = await session.get(Task, task_uuid)
-        if task is None or not principal.allows(task.user, task.task_source):
-            raise TaskNotFound(task_uuid)
-
     async def list(self, **query: Any) -> list[Task]:
         await self.store.flush()
         async with self.store.db.reader() as session:
@@ -398,7 +315,7 @@ class TaskService:
                     row.updated_at = now
                     if target in lifecycle.FINISHED:
                         row.completed_at = now
-                        row.final_token_count = self.payload_tokens(
+                        row.final_token_count = self.budgets.payload_tokens(
                             row, head, native_format(row.llm_provider)
                         )
                         row.final_message_count = head.current_messages

@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
+from app.budgets.windows import Ratioed, chain_of
 from app.context.records import ANCHOR
-from app.threads.windows import Ratioed, chain_of
 
 _ANCHOR_LINE = re.compile(rb',"stelis_anchor":(\d+)\}\n?$')
 EXCHANGE_CHARS = 200

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from app.budgets.windows import descendants_of
 from app.compaction.summarizer import Summarizer
 from app.context.files import ContextFiles, History
 from app.context.records import HeadState
@@ -25,7 +26,6 @@ from app.db.models import Job, Thread
 from app.errors import Conflict
 from app.jobs.queue import JobDeferred, JobQueue
 from app.llm.errors import LLMError
-from app.threads.windows import descendants_of
 
 log = logging.getLogger(__name__)
 

@@ -6,16 +6,15 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select
 
+from app.budgets.windows import ROOT, descendants_of, may_start_under, window_of
 from app.config import Settings
-from app.context.store import ContextStore, LockedTask
+from app.context.store import AfterCommit, ContextStore, LockedTask
 from app.db.models import Job, Task, Thread
 from app.errors import Conflict, TaskNotFound, TaskNotWritable, ThreadNotActive, ThreadNotFound
 from app.jobs.queue import JobQueue
-from app.tasks.service import TaskService
 from app.threads.anchors import one_line
 from app.threads.chronicle import KIND as CHRONICLE
 from app.threads.schemas import ThreadCreate, ThreadEnd, ThreadOut
-from app.threads.windows import ROOT, descendants_of, may_start_under, window_of
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +29,14 @@ ROOT_STATUS = {
 
 class ThreadService:
     def __init__(
-        self, store: ContextStore, tasks: TaskService, jobs: JobQueue, settings: Settings
+        self,
+        store: ContextStore,
+        condense_trigger: AfterCommit,
+        jobs: JobQueue,
+        settings: Settings,
     ) -> None:
         self.store = store
-        self.tasks = tasks
+        self.condense_trigger = condense_trigger
         self.jobs = jobs
         self.settings = settings
 
@@ -83,7 +86,7 @@ class ThreadService:
             }
             new_head, _ = await self.store.append_locked(parent, [anchor])
             threads[thread.thread_id] = thread
-        await self.tasks.schedule_condense(parent, head, new_head)
+        await self.condense_trigger(parent, head, new_head)
         log.info("task %s: thread %d started", task_uuid, thread.thread_id)
         return _out(thread, threads, parent.task)
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.tokens.counting import TokenCounting
+from app.formats.costs import TokenCounting
 from tests.conftest import CORPUS, task_body
 from tests.e2e import server
 from tests.e2e.server import ServerPool, free_port

@@ -2,9 +2,9 @@
 
 import pytest
 
-from app.compaction.policy import budget_for, default_reserved_output, effective_threshold
+from app.budgets.policy import budget_for, default_reserved_output, effective_threshold
 from app.errors import Conflict
-from app.tasks.lifecycle import TRANSITIONS, next_status
+from app.lifecycle import TRANSITIONS, next_status
 
 
 def test_budget_defaults() -> None:

@@ -1,6 +1,10 @@
-"""Which status transitions exist (seed 000 §3). Pure."""
+"""A task's statuses and the transitions between them. Pure."""
+
+from typing import Literal
 
 from app.errors import Conflict
+
+TaskStatus = Literal["running", "paused", "completed", "failed"]
 
 # action -> (statuses it may start from, status it leads to)
 TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
