@@ -13,7 +13,6 @@ from sqlalchemy import select
 
 from app.budgets.service import Budgets
 from app.compaction.service import CompactionService
-from app.compaction.summarizer import Summarizer
 from app.compaction.trigger import CondenseTrigger
 from app.config import Settings
 from app.context.reconcile import reconcile
@@ -37,6 +36,7 @@ from app.planning.service import PlanningService
 from app.stats.service import StatsService
 from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks, process_locks
+from app.summaries.summarizer import Summarizer
 from app.tasks.service import TaskService
 from app.threads.chronicle import KIND as CHRONICLE
 from app.threads.chronicle import ChronicleWriter

@@ -19,10 +19,7 @@ import orjson
 from app.budgets.policy import Budget
 from app.budgets.service import Budgets
 from app.compaction import plans
-from app.compaction.excerpts import ELISION_TEXT, normalize
-from app.compaction.extractive import grouped_errors
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
-from app.compaction.summarizer import Summarizer, SummaryLimit
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
@@ -43,6 +40,9 @@ from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, timed_compaction
 from app.planning.items import latest_items
 from app.storage.layout import PLANNING
+from app.summaries.excerpts import ELISION_TEXT, normalize
+from app.summaries.extractive import grouped_errors
+from app.summaries.summarizer import Summarizer, SummaryLimit
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.compaction.summarizer import Summarizer
 from app.context.files import ContextFiles, History
 from app.context.store import ContextStore
 from app.db.models import Job
@@ -24,6 +23,7 @@ from app.lifecycle import FINISHED
 from app.llm.errors import LLMError
 from app.storage.jsonl import write_atomic
 from app.storage.layout import FINAL_SUMMARY
+from app.summaries.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
 

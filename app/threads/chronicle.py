@@ -18,7 +18,6 @@ from typing import Any
 from sqlalchemy import select, update
 
 from app.budgets.windows import descendants_of
-from app.compaction.summarizer import Summarizer
 from app.context.files import ContextFiles, History
 from app.context.records import HeadState
 from app.context.store import SERVICE_KEY, ContextStore, LockedTask
@@ -26,6 +25,7 @@ from app.db.models import Job, Thread
 from app.errors import Conflict
 from app.jobs.queue import JobDeferred, JobQueue
 from app.llm.errors import LLMError
+from app.summaries.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
 

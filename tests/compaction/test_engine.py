@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.compaction.extractive import KEPT_TITLE
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
+from app.summaries.extractive import KEPT_TITLE
 from tests.api.helpers import assert_error, read_jsonl, task_dir
 from tests.conftest import running_app, task_body
 from tests.support_schemas import assert_tool_pairing

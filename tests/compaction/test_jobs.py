@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.compaction.summarizer import DEFAULT_PROMPT, KEPT_LABEL
 from app.config import Settings
+from app.summaries.summarizer import DEFAULT_PROMPT, KEPT_LABEL
 from tests.conftest import running_app as running_app
 from tests.conftest import task_body
 from tests.fakes import llm_server

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.compaction.extractive import digest_within, extractive_digest
 from app.context.records import openai_message
 from app.errors import InvalidInput
 from app.llm.base import ChatBackend
 from app.planning.items import ChecklistItem, render_items
+from app.summaries.extractive import digest_within, extractive_digest
 from app.tokens.accounting import content_tokens, message_tokens
 from app.tokens.counters import TextCounter
 
