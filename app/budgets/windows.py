@@ -60,6 +60,7 @@ def protected_shares(allowed: int, ratios: Sequence[float]) -> list[int]:
 
 
 def may_start_under(parent_depth: int, max_depth: int) -> bool:
-    """A new thread sits one level below its parent; ``max_depth`` counts the levels, the root's
-    included: with 3, the root, a child and a grandchild, and no fourth level."""
-    return parent_depth + 1 < max_depth
+    """Whether a thread may start under a context at ``parent_depth``: the root is at depth 0
+    and a thread one below its parent, so with ``max_depth`` 3 a thread may be at depth 1, 2 or
+    3, and none starts under one at depth 3."""
+    return parent_depth < max_depth

@@ -50,10 +50,10 @@ class ThreadService:
             max_depth = min(body.max_depth, self.settings.stelis_max_depth)
             if not may_start_under(parent_depth, max_depth):
                 raise Conflict(
-                    f"a thread under thread {body.parent_thread_id} would be level "
-                    f"{parent_depth + 2}; at most {max_depth} levels",
+                    f"a thread under thread {body.parent_thread_id} would be at depth "
+                    f"{parent_depth + 1}; max_depth is {max_depth} (the root is at depth 0)",
                     code="thread_depth_exceeded",
-                    details={"level": parent_depth + 2, "max_depth": max_depth},
+                    details={"depth": parent_depth + 1, "max_depth": max_depth},
                 )
             head = await self.store.recovered_head(parent)
             if head.open_tool_calls:  # the anchor may not come between calls and results

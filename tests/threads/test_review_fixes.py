@@ -385,6 +385,7 @@ async def test_thread_ids_far_out_of_range_are_422_and_depth_refusals_say_why(
     uuid = (await create_task(client))["uuid"]
     child = (await start(client, uuid))["thread_id"]
     grand = (await start(client, uuid, parent_thread_id=child))["thread_id"]
+    deepest = (await start(client, uuid, parent_thread_id=grand))["thread_id"]
     before, tree = snapshot_dir(context_dir), (await client.get(f"/tasks/{uuid}/threads")).json()
     huge = 2**70
     response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": huge})
@@ -397,7 +398,7 @@ async def test_thread_ids_far_out_of_range_are_422_and_depth_refusals_say_why(
     response = await client.get(f"/tasks/{uuid}/request", params={"thread_id": huge})
     assert_error(response, 422, "validation_error")
 
-    response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": grand})
-    assert assert_error(response, 409, "thread_depth_exceeded") == {"level": 4, "max_depth": 3}
+    response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": deepest})
+    assert assert_error(response, 409, "thread_depth_exceeded") == {"depth": 4, "max_depth": 3}
     assert snapshot_dir(context_dir) == before
     assert (await client.get(f"/tasks/{uuid}/threads")).json() == tree
