@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from app.errors import Conflict
+from app.errors import Conflict, ErrorCode
 
 TaskStatus = Literal["running", "paused", "completed", "failed"]
 
@@ -21,7 +21,7 @@ def next_status(action: str, current: str) -> str:
     if current not in sources:
         raise Conflict(
             f"cannot {action} a {current} task",
-            code="invalid_transition",
+            code=ErrorCode.INVALID_TRANSITION,
             details={"action": action, "status": current, "allowed_from": sorted(sources)},
         )
     return target

@@ -32,7 +32,7 @@ from app.context.files import (
 from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
-from app.errors import AppError, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
+from app.errors import AppError, ErrorCode, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import native_format
 from app.formats.costs import FormatTokens, TokenCosts, in_format
 from app.formats.parts import plain_text
@@ -78,7 +78,7 @@ class Measure:
 
 class CompactionFailed(AppError):
     status_code = 502
-    default_code = "compaction_failed"
+    default_code = ErrorCode.COMPACTION_FAILED
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,9 @@ class CompactionService:
             finally:
                 handle.close()
             if not summary.strip():
-                raise CompactionFailed("the summariser returned an empty summary", code="empty")
+                raise CompactionFailed(
+                    "the summariser returned an empty summary", code=ErrorCode.EMPTY
+                )
             return await self._commit_condense(
                 (task_uuid, thread_id),
                 fmt,
@@ -461,7 +463,7 @@ class CompactionService:
             raise TooLarge(
                 f"the context has {measure.tokens} tokens and cannot be compacted under "
                 f"{measure.budget.allowed}",
-                code="context_over_budget",
+                code=ErrorCode.CONTEXT_OVER_BUDGET,
                 details={"tokens": measure.tokens, "budget": measure.budget.allowed},
             )
         return last
@@ -570,7 +572,7 @@ class CompactionService:
             if target is None or is_marker(target):
                 raise InvalidInput(
                     f"seq {to_seq} is not a message of this task",
-                    code="invalid_rewind_target",
+                    code=ErrorCode.INVALID_REWIND_TARGET,
                     details={"to_seq": to_seq, "last_seq": head.last_seq},
                 )
             marker = {

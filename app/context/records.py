@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from app.context.effective import MASKED_BY, is_marker
-from app.errors import Conflict, InvalidInput, TooLarge
+from app.errors import Conflict, ErrorCode, InvalidInput, TooLarge
 from app.formats.costs import OTHER_FORMATS, TokenCosts, in_format
 from app.storage.jsonl import dumps_line
 from app.tokens.calibration import reported_output_tokens, reported_prompt_tokens
@@ -68,7 +68,7 @@ def refuse_reserved(messages: list[dict[str, Any]]) -> None:
                 f"message {index}: {', '.join(map(repr, clash))} "
                 f"{'is a field' if len(clash) == 1 else 'are fields'} the service writes itself; "
                 "a message may not carry them (rename or drop them)",
-                code="reserved_field",
+                code=ErrorCode.RESERVED_FIELD,
                 details={"index": index, "fields": clash, "reserved": sorted(RESERVED_FIELDS)},
             )
 
@@ -201,7 +201,7 @@ class ContextAccumulator:
             if len(line) > max_message_bytes:
                 raise TooLarge(
                     f"message {index} is {len(line)} bytes; the limit is {max_message_bytes}",
-                    code="message_too_large",
+                    code=ErrorCode.MESSAGE_TOO_LARGE,
                     details={"index": index, "bytes": len(line), "limit": max_message_bytes},
                 )
             advance_tool_calls(open_calls, record)
@@ -234,7 +234,7 @@ def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: i
         raise InvalidInput(
             f"message {index}: tool call ids {repeated} appear more than once; each call of a "
             "message needs an id of its own",
-            code="duplicate_tool_call_id",
+            code=ErrorCode.DUPLICATE_TOOL_CALL_ID,
             details={"index": index, "tool_call_ids": repeated},
         )
     if record["role"] == "tool":
@@ -243,7 +243,7 @@ def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: i
         if match is None:
             raise InvalidInput(
                 f"message {index}: tool_call_id {call_id!r} answers no open assistant tool call",
-                code="unknown_tool_call",
+                code=ErrorCode.UNKNOWN_TOOL_CALL,
                 details={"index": index, "tool_call_id": call_id, "open": _ids(open_calls)},
             )
         record.setdefault("tool_name", match[1])
@@ -251,7 +251,7 @@ def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: i
         raise Conflict(
             f"message {index}: the assistant's tool calls {_ids(open_calls)} need their results "
             "before any other message",
-            code="tool_results_pending",
+            code=ErrorCode.TOOL_RESULTS_PENDING,
             details={"index": index, "open": _ids(open_calls)},
         )
 

@@ -56,6 +56,7 @@ from app.db.models import ContextHead, Task, Thread
 from app.errors import (
     AppError,
     ContextFilesDamaged,
+    ErrorCode,
     InsufficientStorage,
     StorageError,
     StorageUnavailable,
@@ -227,7 +228,7 @@ class ContextStore:
         if head is None:
             raise StorageError(
                 f"task {task_uuid} has no context head for thread {thread_id}",
-                code="head_missing",
+                code=ErrorCode.HEAD_MISSING,
             )
         await asyncio.to_thread(self._ensure_directory, task)
         committed = heads.head_state(head)
@@ -295,7 +296,7 @@ class ContextStore:
         if not found:
             raise StorageError(
                 f"the files of task {task.uuid} are missing",
-                code="task_files_missing",
+                code=ErrorCode.TASK_FILES_MISSING,
                 details={"uuid": task.uuid},
             )
         log.warning("task %s: moving its directory from %s to %s", task.uuid, found[0], expected)

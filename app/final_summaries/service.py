@@ -16,7 +16,7 @@ from typing import Any
 from app.context.files import ContextFiles, History
 from app.context.store import ContextStore
 from app.db.models import Job
-from app.errors import Conflict
+from app.errors import Conflict, ErrorCode
 from app.final_summaries.prompt import FINAL_SUMMARY_PROMPT, header
 from app.jobs.queue import JobQueue
 from app.lifecycle import FINISHED
@@ -108,7 +108,7 @@ class FinalSummaryService:
             if task.status not in FINISHED:
                 raise Conflict(
                     f"task {task_uuid} is {task.status}: final summaries follow complete or fail",
-                    code="task_not_finished",
+                    code=ErrorCode.TASK_NOT_FINISHED,
                     details={"uuid": task_uuid, "status": task.status},
                 )
             text = await asyncio.to_thread(read_final_summary, self.store.task_dir(task))

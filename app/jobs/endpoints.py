@@ -11,7 +11,7 @@ from app.api.routing import OrjsonRoute
 from app.auth.dependencies import PrincipalDep, require_unscoped
 from app.auth.visibility import require_visible
 from app.db.engine import Database
-from app.errors import NotFound, TaskNotFound
+from app.errors import ErrorCode, NotFound, TaskNotFound
 from app.jobs.queue import JobQueue
 from app.jobs.schemas import JobOut, JobPage, JobStatus
 
@@ -37,7 +37,7 @@ async def get_job(
         try:
             await require_visible(db, job.task_uuid, principal)
         except TaskNotFound:
-            raise NotFound(f"job {job_id} does not exist", code="job_not_found") from None
+            raise NotFound(f"job {job_id} does not exist", code=ErrorCode.JOB_NOT_FOUND) from None
     return JobOut.model_validate(job)
 
 

@@ -8,7 +8,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 
 from app.db.engine import Database
 from app.db.models import Job
-from app.errors import NotFound
+from app.errors import ErrorCode, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class JobQueue:
         async with self.db.reader() as session:
             job = await session.get(Job, job_id)
         if job is None:
-            raise NotFound(f"job {job_id} does not exist", code="job_not_found")
+            raise NotFound(f"job {job_id} does not exist", code=ErrorCode.JOB_NOT_FOUND)
         return job
 
     async def list(self, *, task_uuid: str | None, status: str | None, limit: int) -> list[Job]:

@@ -23,7 +23,7 @@ from app.config import Settings
 from app.context.reconcile import find_orphans
 from app.db.engine import Database
 from app.db.models import Task
-from app.errors import AppError, InvalidInput, TaskNotFound
+from app.errors import AppError, ErrorCode, InvalidInput, TaskNotFound
 from app.lifecycle import FINISHED
 from app.maintenance.schemas import CleanupReport, MaintenanceReport
 from app.tasks.service import TaskService
@@ -76,7 +76,7 @@ class MaintenanceService:
                 # request into "remove every finished task".
                 raise InvalidInput(
                     "older_than_days is required when CLEANUP_DAYS is 0",
-                    code="older_than_days_required",
+                    code=ErrorCode.OLDER_THAN_DAYS_REQUIRED,
                 )
             older_than_days = self.settings.cleanup_days
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)

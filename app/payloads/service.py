@@ -11,7 +11,7 @@ from app.budgets.service import Budgets, tools_tokens
 from app.compaction.service import CompactionService
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
-from app.errors import Conflict, TaskNotWritable, ThreadNotActive, TooLarge
+from app.errors import Conflict, ErrorCode, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import FORMATS, PayloadFormat, provider_format
 from app.payloads.assembly import Assembler, Assembly
 from app.payloads.streaming import stream_lines
@@ -94,12 +94,12 @@ class PayloadService:
         own = self.budgets.context_tokens(context, head, counted_as)
         if head.current_messages == 0 and not assembly.protected:
             raise Conflict(
-                f"task {task.uuid} has no messages yet", code="context_empty", details={}
+                f"task {task.uuid} has no messages yet", code=ErrorCode.CONTEXT_EMPTY, details={}
             )
         if own > budget.allowed:
             raise TooLarge(
                 f"the context has {own} tokens; the budget is {budget.allowed}",
-                code="context_over_budget",
+                code=ErrorCode.CONTEXT_OVER_BUDGET,
                 details={"tokens": own, "budget": budget.allowed, "window": budget.window},
             )
         tokens = own + assembly.protected_tokens

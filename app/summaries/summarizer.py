@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.context.records import openai_message
-from app.errors import InvalidInput
+from app.errors import ErrorCode, InvalidInput
 from app.llm.base import ChatBackend
 from app.planning.items import ChecklistItem, render_items
 from app.summaries.extractive import digest_within, extractive_digest
@@ -95,7 +95,7 @@ class Summarizer:
         if chosen not in self.backends and name is not None and name != "extractive":
             raise InvalidInput(
                 f"no LLM backend named {name!r} is configured",
-                code="unknown_backend",
+                code=ErrorCode.UNKNOWN_BACKEND,
                 details={"configured": sorted(self.backends)},
             )
         return self.backends.get(chosen)

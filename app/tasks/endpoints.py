@@ -9,7 +9,7 @@ from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.auth.dependencies import PrincipalDep, require_admin
 from app.db.base import UTCBound
-from app.errors import Forbidden
+from app.errors import ErrorCode, Forbidden
 from app.lifecycle import TaskStatus
 from app.tasks.presenters import task_created, task_out
 from app.tasks.repository import encode_cursor
@@ -36,7 +36,8 @@ async def create_task(
     creates only theirs (403 out_of_scope)."""
     if not principal.allows(body.user, body.task_key.task_source):
         raise Forbidden(
-            "this key may not create tasks for that user or task source", code="out_of_scope"
+            "this key may not create tasks for that user or task source",
+            code=ErrorCode.OUT_OF_SCOPE,
         )
     view, created = await task_service.create(body)
     if not created:

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.keys import OPEN, Principal
 from app.db.base import as_utc
 from app.db.models import Task
-from app.errors import InvalidInput
+from app.errors import ErrorCode, InvalidInput
 
 FILTER_COLUMNS = ("status", "user", "task_source", "owner", "repo", "task_type", "task_id")
 
@@ -33,7 +33,9 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
             raise ValueError("issued cursors carry a zone")
         return as_utc(when), uuid
     except ValueError as exc:
-        raise InvalidInput("cursor is not one this service issued", code="invalid_cursor") from exc
+        raise InvalidInput(
+            "cursor is not one this service issued", code=ErrorCode.INVALID_CURSOR
+        ) from exc
 
 
 async def list_tasks(

@@ -21,7 +21,7 @@ from app.context.files import ContextFiles, write_group
 from app.context.records import ContextAccumulator, HeadState, StatsDelta, utc_timestamp
 from app.context.store import ContextStore
 from app.db.models import ContextHead, Job, Task, Thread
-from app.errors import Conflict, InvalidInput, StorageError
+from app.errors import Conflict, ErrorCode, InvalidInput, StorageError
 from app.formats import native_format
 from app.inheritance.service import InheritanceService, Inherited
 from app.jobs.queue import JobQueue
@@ -71,7 +71,7 @@ class TaskService:
         if body.summary_backend is not None and body.summary_backend not in self.backend_names:
             raise InvalidInput(
                 f"no LLM backend named {body.summary_backend!r} is configured",
-                code="unknown_backend",
+                code=ErrorCode.UNKNOWN_BACKEND,
                 details={"configured": sorted(self.backend_names)},
             )
         check_chosen(self.settings.webhooks, body.hooks)
@@ -83,7 +83,7 @@ class TaskService:
         if budget.allowed <= 0:
             raise InvalidInput(
                 f"max_output_tokens {reserved} leaves no room in a {window}-token window",
-                code="no_room_for_context",
+                code=ErrorCode.NO_ROOM_FOR_CONTEXT,
                 details={"window": window, "max_output_tokens": reserved},
             )
         async with self.store.db.reader() as session:
@@ -109,7 +109,7 @@ class TaskService:
             raise Conflict(
                 f"uuid {task_uuid} is already taken; only a repeat of its create with the same "
                 "body is accepted",
-                code="task_exists",
+                code=ErrorCode.TASK_EXISTS,
                 details={"uuid": task_uuid},
             )
         return await self.get(task_uuid), False
@@ -368,7 +368,7 @@ class TaskService:
         try:
             await self._delete(task_uuid)
         except StorageError as exc:
-            if exc.code != "task_files_missing":
+            if exc.code != ErrorCode.TASK_FILES_MISSING:
                 raise
             # Removed by hand (seed 000 §14.1 cleans old directories with rm -rf): the row goes.
             async with self.store.locks.hold(task_uuid):

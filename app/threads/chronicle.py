@@ -22,7 +22,7 @@ from app.context.files import ContextFiles, History
 from app.context.records import HeadState
 from app.context.store import SERVICE_KEY, ContextStore, LockedTask
 from app.db.models import Job, Thread
-from app.errors import Conflict
+from app.errors import Conflict, ErrorCode
 from app.jobs.queue import JobDeferred, JobQueue
 from app.llm.errors import LLMError
 from app.summaries.summarizer import Summarizer
@@ -170,7 +170,7 @@ class ChronicleWriter:
                     ended_parent=True,
                 )
             except Conflict as exc:
-                if exc.code == "tool_results_pending":
+                if exc.code == ErrorCode.TOOL_RESULTS_PENDING:
                     raise EmbeddingDeferred(str(exc)) from exc
                 raise
         await self.schedule_condense(parent, before, after)

@@ -10,7 +10,14 @@ from app.budgets.windows import ROOT, descendants_of, may_start_under, window_of
 from app.config import Settings
 from app.context.store import AfterCommit, ContextStore, LockedTask
 from app.db.models import Job, Task, Thread
-from app.errors import Conflict, TaskNotFound, TaskNotWritable, ThreadNotActive, ThreadNotFound
+from app.errors import (
+    Conflict,
+    ErrorCode,
+    TaskNotFound,
+    TaskNotWritable,
+    ThreadNotActive,
+    ThreadNotFound,
+)
 from app.jobs.queue import JobQueue
 from app.threads.anchors import one_line
 from app.threads.chronicle import KIND as CHRONICLE
@@ -52,7 +59,7 @@ class ThreadService:
                 raise Conflict(
                     f"a thread under thread {body.parent_thread_id} would be at depth "
                     f"{parent_depth + 1}; max_depth is {max_depth} (the root is at depth 0)",
-                    code="thread_depth_exceeded",
+                    code=ErrorCode.THREAD_DEPTH_EXCEEDED,
                     details={"depth": parent_depth + 1, "max_depth": max_depth},
                 )
             head = await self.store.recovered_head(parent)
@@ -60,7 +67,7 @@ class ThreadService:
                 raise Conflict(
                     f"context {body.parent_thread_id} waits for tool results; a thread can "
                     "start once they are in",
-                    code="tool_results_pending",
+                    code=ErrorCode.TOOL_RESULTS_PENDING,
                     details={"open": [call[0] for call in head.open_tool_calls]},
                 )
             thread = Thread(
@@ -106,7 +113,7 @@ class ThreadService:
                 raise Conflict(
                     f"thread {thread_id} has active threads under it: {active}; end them first "
                     "or pass cascade",
-                    code="thread_has_active_children",
+                    code=ErrorCode.THREAD_HAS_ACTIVE_CHILDREN,
                     details={"thread_id": thread_id, "active": active},
                 )
             now = datetime.now(UTC)
