@@ -1,6 +1,6 @@
 """Ollama chat (``POST /api/chat``), streamed from OpenAI-shaped lines. Pure.
 
-How an OpenAI message becomes an Ollama message (``docs/api.md`` and ``api/types.go``):
+How an OpenAI message becomes an Ollama message (Ollama's ``docs/api.md`` and ``api/types.go``):
 
 - ``content`` is always a string: text parts joined by newlines. Inline images (data URLs of
   jpeg/png/gif/webp) go to ``images`` as bare base64; other images, audio and files become a
