@@ -276,7 +276,7 @@ class Settings(BaseSettings):
 
     # Threads, which the original design called "Stelis" (hence these names).
     stelis_max_depth: int = Field(
-        3, ge=1, le=16, description="Most levels of contexts, the root's included."
+        3, ge=1, le=16, description="The deepest a thread may be; the root is at depth 0."
     )
     stelis_default_window_ratio: float = Field(
         0.8, gt=0, lt=1, description="Share of its parent's window a new thread gets."
