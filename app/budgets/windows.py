@@ -1,4 +1,4 @@
-"""Thread windows and depths (seed 003). Pure."""
+"""Thread windows and depths (docs/decisions.md, Threads). Pure."""
 
 from collections.abc import Mapping, Sequence
 from typing import Protocol
@@ -12,8 +12,8 @@ class Ratioed(Protocol):
 
 
 def window_of(thread_id: int, threads: Mapping[int, Ratioed], root_window: int) -> int:
-    """Seed 003's calculate_stelis_window_size: the model's window times each ratio on the way
-    from the thread up to the root, truncated at every step."""
+    """The model's window times each ratio on the way from the thread up to the root,
+    truncated at every step (as the original thread design computes a window)."""
     window = root_window
     current = thread_id
     while current != ROOT:

@@ -39,8 +39,8 @@ async def compress(
 async def rewind(
     uuid: TaskUUID, body: RewindBody, compaction: CompactionDep, thread_id: ThreadID = 0
 ) -> RewindResult:
-    """Seed 002's rewind: history after the cut, and compactions that depended on it, leave
-    the effective context (nothing is deleted from messages.jsonl)."""
+    """Rewind, as Roo Code does it: history after the cut, and compactions that depended on
+    it, leave the effective context (nothing is deleted from messages.jsonl)."""
     head = await compaction.rewind(uuid, body.to_seq, body.include_target, thread_id=thread_id)
     return RewindResult(
         last_seq=head.last_seq, messages=head.current_messages, context_tokens=head.context_tokens

@@ -1,4 +1,4 @@
-"""Compaction and rewind of a task's context (SPEC §6; seed 002).
+"""Compaction and rewind of a task's context (the design: docs/compaction.md).
 
 Every operation appends a marker to messages.jsonl (and, for compactions, a record to
 summaries.jsonl), rebuilds current.jsonl and moves the committed head. A condense asks the
@@ -407,8 +407,8 @@ class CompactionService:
     async def fit(
         self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
     ) -> Outcome | None:
-        """Compact a context until its payload in ``fmt`` is within its budget (SPEC §3.3),
-        or raise TooLarge; return the last step that changed it.
+        """Compact a context until its payload in ``fmt`` is within its budget (a payload is
+        never served over it), or raise TooLarge; return the last step that changed it.
 
         Each round tries the task's tiers in order (masking and condensing once per call) and
         measures again after the step that changed something: one that waited for another
@@ -560,7 +560,8 @@ class CompactionService:
     async def rewind(
         self, task_uuid: str, to_seq: int, include_target: bool, *, thread_id: int = 0
     ) -> HeadState:
-        """Seed 002's rewind: later history leaves the context, so do later compactions."""
+        """Rewind, as Roo Code does it: later history leaves the context, and so do later
+        compactions."""
         async with (
             self._one_at_a_time(task_uuid, thread_id),
             self.store.locked(task_uuid, thread_id) as locked,

@@ -196,7 +196,7 @@ def rebuild(files: ContextFiles, *, fsync: bool) -> tuple[HeadState, StatsDelta]
 
 
 class CurrentRender:
-    """The current.jsonl that messages.jsonl implies, streamed in chunks (SPEC §3.2).
+    """The current.jsonl that messages.jsonl implies, streamed in chunks.
 
     Two passes over messages.jsonl: the first collects the (few) marker records, the second
     yields the visible records' lines. Once iterated, ``head`` and ``totals`` are complete.

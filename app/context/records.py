@@ -1,7 +1,7 @@
 """Message records and the context head, in pure code (but for the clock of their timestamps).
 
-A record is a line of ``messages.jsonl``: ``seq``, the message as posted (OpenAI shape plus the
-seeds' ``tool_name`` and any extras), ``timestamp`` and ``tokens``. The first record of a batch may
+A record is a line of ``messages.jsonl``: ``seq``, the message as posted (OpenAI shape plus
+``tool_name`` and any extras), ``timestamp`` and ``tokens``. The first record of a batch may
 carry ``batch_size`` (so recovery can tell a torn batch) and ``idempotency_key``/``request_hash``
 (so recovery can re-register a key whose commit was cut short).
 

@@ -2,8 +2,8 @@
 counter counts a task.
 
 A record stores its cost as OpenAI renders it (``tokens``) and as the other counted formats
-render it (``format_tokens``), so the budget check for a payload in any format is a sum the head
-already holds (SPEC §3.3): nothing is re-counted when a payload is served.
+render it (``format_tokens``), so the check that a payload in any format fits its budget is a
+sum the head already holds: nothing is re-counted when a payload is served.
 """
 
 from collections.abc import Mapping

@@ -1,4 +1,4 @@
-"""/inheritance/candidates and /tasks/{uuid}/inheritance (seed 000 §8)."""
+"""/inheritance/candidates and /tasks/{uuid}/inheritance (docs/decisions.md, Inheritance)."""
 
 import asyncio
 from typing import Annotated

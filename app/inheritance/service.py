@@ -1,4 +1,5 @@
-"""Finding the earlier run of a task and reading what it left behind (seed 000 §8.2-§8.9)."""
+"""Finding the earlier run of a task and reading what it left behind: its final summary,
+planning history and metadata."""
 
 import asyncio
 import logging

@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC §10), served as text by ``GET /metrics``.
+"""Prometheus metrics, served as text by ``GET /metrics``.
 
 One :class:`Metrics` per app, with its own registry: nothing is registered globally, so several
 apps in one process (the tests) never mix their samples. Counters and histograms are moved by

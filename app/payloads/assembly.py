@@ -1,4 +1,4 @@
-"""Gathering what a context's payload is made of, under the task lock (SPEC §8).
+"""Gathering what a context's payload is made of, under the task lock.
 
 The root context (thread 0) is its current.jsonl. A thread's payload is, first, the protected
 region of each context above it, root first (the region of the parent keeps the parent's

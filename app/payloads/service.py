@@ -39,8 +39,9 @@ class PayloadService:
         self, task_uuid: str, format_name: str | None, thread_id: int = 0
     ) -> PayloadStream:
         """The request payload of a context in a provider's format (default: the task's
-        provider's); never over the budget as that format counts (SPEC §3.3). A thread's own
-        context is compacted within its own share; its ancestors' regions fit theirs."""
+        provider's); never over the budget as that format counts (TooLarge instead). A
+        thread's own context is compacted within its own share; its ancestors' regions fit
+        theirs."""
         assembly = await self.assembler.open(task_uuid, thread_id, format_name)
         name, counted_as = assembly.format, assembly.counted_as
         for _ in range(3):  # appends may race the compaction; each round re-checks

@@ -1,4 +1,4 @@
-"""GET /stats: aggregate figures for operators (SPEC §10)."""
+"""GET /stats: aggregate figures for operators."""
 
 from typing import Annotated
 

@@ -1,9 +1,11 @@
 """The /stats figures: four aggregate queries over the tasks table, in one read transaction.
 
-1. per status: count, token sum and mean, call sums, mean duration (seed 001 §10.2);
-2. per user and status: count (seed 001 §8.2);
-3. running tasks, newest started first, limited (§8.2);
-4. the latest failures with their errors (§8.2).
+1. per status: count, token sum and mean, call sums, mean duration;
+2. per user and status: count;
+3. running tasks, newest started first, limited;
+4. the latest failures with their errors.
+
+These are the queries the original design's operators ran on its SQLite file by hand.
 
 Everything is summed and averaged by the database; Python only reshapes the few group rows.
 """

@@ -167,7 +167,7 @@ class ContextSummary(BaseModel):
     threshold: int
     reserved_output: int
     token_counter: str = Field(description="o200k_base, cl100k_base or heuristic")
-    calibration: float = Field(description="Real tokens per counted token (SPEC §7).")
+    calibration: float = Field(description="Real tokens per counted token, by reported usage.")
 
 
 class TaskOut(BaseModel):

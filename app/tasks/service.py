@@ -242,11 +242,11 @@ class TaskService:
             "task_key": body.task_key.model_dump(),
             "user": task.user,
             "created_at": task.created_at.isoformat(),
-            # seed 000 §11.6 names
+            # the field names the original design's clients read
             "task_type": task.task_type,
             "task_identifier": task.task_id,
             "repository": f"{task.owner}/{task.repo}",
-            # seed 001 §3.1 names
+            # the original design's "config" block
             "config": {
                 "llm_provider": task.llm_provider,
                 "model": task.model,
@@ -370,7 +370,8 @@ class TaskService:
         except StorageError as exc:
             if exc.code != ErrorCode.TASK_FILES_MISSING:
                 raise
-            # Removed by hand (seed 000 §14.1 cleans old directories with rm -rf): the row goes.
+            # Removed by hand (the original design cleaned old directories with rm -rf): the
+            # row goes.
             async with self.store.locks.hold(task_uuid):
                 async with self.store.db.transaction() as session:
                     row = await session.get(Task, task_uuid)

@@ -1,10 +1,10 @@
-"""Chronicles: a thread's summary, written by a job once it ends or is aborted (seed 003).
+"""Chronicles: a thread's summary, written by a job once it ends or is aborted.
 
 The job is queued in the transaction that ends the thread, so a restart finishes it. It
 summarises the thread's whole history (its messages.jsonl) with the thread's chronicle_prompt
 or the default, stores the chronicle on the thread's row, then embeds it in the parent's
-context as seed 003's system message. Each step is idempotent: a rerun finds the stored
-chronicle (no second LLM call) and the embedding's idempotency key (no second message).
+context as a system message (:func:`embedding`). Each step is idempotent: a rerun finds the
+stored chronicle (no second LLM call) and the embedding's idempotency key (no second message).
 
 On the job's last attempt a chat backend that keeps failing gives way to the extractive
 digest, as final summaries do: an ended thread always gets its chronicle.
@@ -143,9 +143,9 @@ class ChronicleWriter:
             return text.strip(), f"extractive (after {exc.backend} failed)"
 
     async def _embed(self, task_uuid: str, thread: Thread, chronicle: str) -> bool | str:
-        """Seed 003's embedding in the parent, ended or not (its chronicle is written after
-        its children's: a parent ended with cascade, or right after its child, still gets
-        theirs); True, or why it was not (the task finished)."""
+        """The chronicle's embedding in the parent, ended or not (its chronicle is written
+        after its children's: a parent ended with cascade, or right after its child, still
+        gets theirs); True, or why it was not (the task finished)."""
         status = "completed" if thread.status == "completed" else "aborted"
         message = {
             "role": "system",
@@ -178,5 +178,6 @@ class ChronicleWriter:
 
 
 def embedding(label: str, status: str, chronicle: str) -> str:
-    """Seed 003's embedding: '[Thread completed: label]', then the chronicle."""
+    """The embedding, as the original thread design words it: '[Thread completed: label]', then
+    the chronicle."""
     return f"[Thread {status}: {label}]\n\n## Chronicle\n{chronicle}"

@@ -1,4 +1,4 @@
-"""/tasks/{uuid}/threads: nested contexts (SPEC §8)."""
+"""/tasks/{uuid}/threads: nested contexts (docs/decisions.md, Threads)."""
 
 from typing import Annotated
 

@@ -1,4 +1,4 @@
-"""Starting, ending and aborting threads, and reading the tree (SPEC §8)."""
+"""Starting, ending and aborting threads, and reading the tree."""
 
 import dataclasses
 import logging
