@@ -9,17 +9,17 @@ lock, that the span it summarised is still exactly what the context shows there.
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, cast
 
 import orjson
 
 from app.budgets.policy import Budget
 from app.budgets.service import Budgets
 from app.compaction import plans
-from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
+from app.compaction.plans import Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
@@ -30,6 +30,7 @@ from app.context.files import (
     visible_records,
 )
 from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
+from app.context.shapes import Marker, MaskedResult, SummaryRecord
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
 from app.errors import AppError, ErrorCode, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
@@ -150,8 +151,8 @@ class CompactionService:
             return gain <= 0
         return gain < self.settings.min_gain_share * context_tokens
 
-    def _cost(self, task: Task, marker: dict[str, Any]) -> tuple[int, FormatTokens]:
-        return self.store.counting.costs(task.token_counter).message(openai_message(marker))
+    def _cost(self, task: Task, message: Mapping[str, Any]) -> tuple[int, FormatTokens]:
+        return self.store.counting.costs(task.token_counter).message(openai_message(message))
 
     # -- the operations -------------------------------------------------------------------
 
@@ -268,7 +269,7 @@ class CompactionService:
                 return Outcome("skipped", before, before, reason="context_changed")
             hidden = Span(found[0], found[-1] + 1)
             content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
-            marker = {"role": "user", "content": content, "marker": "condense"}
+            marker: Marker = {"role": "user", "content": content, "marker": "condense"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
                 return Outcome("skipped", before, before, reason="context_grew")  # short ones
@@ -318,8 +319,8 @@ class CompactionService:
                 MASK, (seqs[0], seqs[-1]), original, placeholders, len(masks), fmt
             )
             summary["masked_seqs"] = seqs
-            marker = {
-                "marker": MASK,
+            marker: Marker = {
+                "marker": "mask",
                 "masks": masks,
                 "timestamp": summary["timestamp"],
                 "tokens": 0,
@@ -368,7 +369,7 @@ class CompactionService:
                 self.store.counting.costs(locked.task.token_counter).counter,
                 self.budgets.context_budget(locked).allowed,
             )
-            marker = {"role": "user", "content": content, "marker": "truncation"}
+            marker: Marker = {"role": "user", "content": content, "marker": "truncation"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= plan.tokens(entries):  # e.g. only an older marker
                 return Outcome("skipped", before, before, reason="context_grew")
@@ -576,7 +577,7 @@ class CompactionService:
                     code=ErrorCode.INVALID_REWIND_TARGET,
                     details={"to_seq": to_seq, "last_seq": head.last_seq},
                 )
-            marker = {
+            marker: Marker = {
                 "marker": "rewind",
                 "to_seq": to_seq,
                 "include_target": include_target,
@@ -607,7 +608,7 @@ class CompactionService:
         summary: str,
         fmt: str,
         cost: tuple[int, FormatTokens],
-    ) -> dict[str, Any]:
+    ) -> SummaryRecord:
         """The summaries.jsonl record of a compaction over ``span``."""
         record = summary_fields(
             kind,
@@ -617,15 +618,16 @@ class CompactionService:
             span.messages(entries),
             fmt,
         )
-        return record | {"summary": summary}
+        record["summary"] = summary
+        return record
 
     async def _commit(
         self,
         locked: LockedTask,
         head: HeadState,
         files: ContextFiles,
-        marker: dict[str, Any],
-        summary: dict[str, Any],
+        marker: Marker,
+        summary: SummaryRecord,
         span: Span,
         entries: list[Entry],
         cost: tuple[int, FormatTokens],
@@ -636,7 +638,7 @@ class CompactionService:
         marker = {
             **marker,
             "hides": list(span.hides(entries)),
-            HIDDEN_MESSAGES: hidden,
+            "hidden_messages": hidden,
             "timestamp": summary["timestamp"],
             "tokens": cost[0],
             "format_tokens": cost[1],
@@ -666,7 +668,7 @@ class CompactionService:
 
 def summary_fields(
     kind: str, seqs: tuple[int, int], original: int, tokens: int, messages: int, fmt: str
-) -> dict[str, Any]:
+) -> SummaryRecord:
     """A summaries.jsonl record: what a compaction of ``kind`` did over ``seqs``, its token
     figures as ``fmt`` renders the context (``counted_as``)."""
     now = utc_timestamp()
@@ -731,7 +733,7 @@ def _elision(
     costs: TokenCosts,
     excess: int,
     fmt: str,
-) -> tuple[int, dict[str, Any], tuple[int, FormatTokens]] | None:
+) -> tuple[int, Marker, tuple[int, FormatTokens]] | None:
     """The entry to elide, its elision marker and the marker's cost; None if none gains.
 
     Group by group of ``plans.elision_order``: contents first, a tool call's arguments (a file
@@ -764,7 +766,8 @@ def _elision(
         # A summary or truncation marker cut to fit stays one (the newest summary is still
         # the newest summary; a later condense folds it as such).
         kind = entry.marker if entry.marker in plans.MEMORY_KINDS else "elision"
-        marker = {**message, "marker": kind}
+        # The elided message's own fields (as posted) with the marker's kind.
+        marker = cast(Marker, {**message, "marker": kind})
         if original.get("tool_name"):
             marker["tool_name"] = original["tool_name"]
         return index, marker, cost
@@ -882,14 +885,12 @@ def elided(counter: TextCounter, content: Any, excess: int) -> str:
     return text[:start] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - end :]
 
 
-def _masks(
-    files: ContextFiles, end: int, seqs: list[int], costs: TokenCosts
-) -> list[dict[str, Any]]:
+def _masks(files: ContextFiles, end: int, seqs: list[int], costs: TokenCosts) -> list[MaskedResult]:
     """What replaces each of these tool results: a placeholder naming the call, the output's
     size and its seq, with the placeholder's costs."""
     wanted = set(seqs)
     calls: dict[str, dict[str, Any]] = {}
-    masks = []
+    masks: list[MaskedResult] = []
     with open(files.messages, "rb") as f:
         for record in visible_records(f, end, masked=False):
             for call in record.get("tool_calls") or ():

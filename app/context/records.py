@@ -11,6 +11,7 @@ The current line of a record is the message in OpenAI's request shape, one line 
 
 import copy
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -131,7 +132,7 @@ def request_hash(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def openai_message(record: dict[str, Any]) -> dict[str, Any]:
+def openai_message(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record as an OpenAI chat message: only fields the request schema allows."""
     role = record["role"]
     message: dict[str, Any] = {"role": role, "content": record.get("content")}
