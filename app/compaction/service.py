@@ -420,13 +420,14 @@ class CompactionService:
         # must fit (elisions of a few tokens each would spend the rounds while a truncation
         # waits for a gain it cannot reach).
         relaxed = False
+        stalled: set[str] = set()  # truncation set aside while elisions free more
         for _ in range(MAX_FIT_ROUNDS):
             measure = await self._measure(task_uuid, thread_id, fmt)
             fmt = measure.fmt
             if measure.tokens <= measure.budget.allowed:
                 return last
             for tier in measure.tiers:
-                if tier in done:
+                if tier in done or tier in stalled:
                     continue
                 if tier in ONCE_PER_FIT:
                     done.add(tier)
@@ -443,6 +444,9 @@ class CompactionService:
                 if step.kind != "skipped" or tier == "condense":
                     break
             else:
+                if stalled:
+                    stalled.clear()  # elision is spent: small truncations it is
+                    continue
                 if relaxed:
                     break  # every tier is spent: nothing more can change
                 relaxed = True
@@ -457,8 +461,9 @@ class CompactionService:
                     done.discard(MASK)
                 elif tier == "truncate" and small and relaxed:
                     # Truncations freeing a few tokens each (small messages behind a marker
-                    # listing their facts) would spend the rounds: elision's turn.
-                    done.add(tier)
+                    # listing their facts) would spend the rounds: elision's turn, until it
+                    # has nothing left to cut.
+                    stalled.add(tier)
         measure = await self._measure(task_uuid, thread_id, fmt)
         if measure.tokens > measure.budget.allowed:
             raise TooLarge(
