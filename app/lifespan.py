@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy import select
 
 from app.budgets.service import Budgets
 from app.compaction.service import CompactionService
@@ -19,7 +18,7 @@ from app.context.reconcile import reconcile
 from app.context.store import ContextStore
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
-from app.db.models import Job, Task
+from app.db.models import Job
 from app.final_summaries.service import FinalSummaryService
 from app.formats.costs import TokenCounting
 from app.inheritance.service import InheritanceService
@@ -37,6 +36,7 @@ from app.stats.service import StatsService
 from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks, process_locks
 from app.summaries.summarizer import Summarizer
+from app.tasks.repository import counter_names
 from app.tasks.service import TaskService
 from app.threads.chronicle import KIND as CHRONICLE
 from app.threads.chronicle import ChronicleWriter
@@ -181,7 +181,7 @@ async def warm_counters(counting: TokenCounting, db: Database, settings: Setting
     """Load, off the event loop, the encodings that existing tasks, new tasks and the summariser
     will count with (about half a second each, once per process)."""
     async with db.reader() as session:
-        names = set(await session.scalars(select(Task.token_counter).distinct()))
+        names = await counter_names(session)
 
     def load() -> None:
         names.update(counting.counter_name(model) for model in ("", settings.llm_model))

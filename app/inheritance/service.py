@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import select
 
 from app.context.store import ContextStore
 from app.db.models import Task
 from app.errors import NotFound, StorageError, TaskNotFound
 from app.final_summaries.service import KIND as FINAL_SUMMARY
 from app.final_summaries.service import read_final_summary
+from app.inheritance import repository
 from app.inheritance.message import Previous, inherited_message, notification_comment
 from app.jobs.queue import ACTIVE, JobQueue
-from app.lifecycle import FINISHED
 from app.storage.jsonl import iter_lines_backward
 from app.storage.layout import PLANNING, SUMMARIES
 from app.task_key import TaskKey
@@ -56,14 +55,8 @@ class InheritanceService:
 
     async def candidates(self, key: TaskKey, user: str | None, limit: int) -> list[Task]:
         """Finished tasks with this key and user, newest completion first."""
-        query = select(Task).where(
-            *(getattr(Task, name) == value for name, value in key.model_dump().items()),
-            Task.user.is_(None) if user is None else Task.user == user,
-            Task.status.in_(FINISHED),
-        )
-        query = query.order_by(Task.completed_at.desc(), Task.uuid.desc()).limit(limit)
         async with self.store.db.reader() as session:
-            return list(await session.scalars(query))
+            return await repository.finished_runs(session, key, user, limit)
 
     async def prepare(
         self, key: TaskKey, user: str | None, counter: TextCounter, limit: int

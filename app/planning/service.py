@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import update
 
 from app.budgets.service import Budgets
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
 from app.formats import native_format
 from app.journals.service import JournalService
+from app.planning import repository
 from app.planning.items import CurrentItems, latest_items, render_items
 from app.planning.pinning import pinned_message
 from app.storage.layout import PLANNING
@@ -68,9 +68,9 @@ class PlanningService:
         content, (openai, others) = await asyncio.to_thread(
             self._message, task, entry, planning, limit
         )
-        values = {"pinned_plan": content, "plan_tokens": openai, "format_plan_tokens": others}
         async with self.store.db.transaction() as session:
-            await session.execute(update(Task).where(Task.uuid == task.uuid).values(**values))
+            await repository.set_pinned_plan(session, task.uuid, content, openai, others)
+        values = {"pinned_plan": content, "plan_tokens": openai, "format_plan_tokens": others}
         # A larger plan may take the payload over the threshold, as an append may.
         fmt = native_format(task.llm_provider)
         before = self.budgets.context_tokens(locked, locked.head, fmt)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import update
 
 from app import lifecycle
 from app.budgets.policy import Budget, default_reserved_output
@@ -20,7 +19,7 @@ from app.config import Settings
 from app.context.files import ContextFiles, write_group
 from app.context.records import ContextAccumulator, HeadState, StatsDelta, utc_timestamp
 from app.context.store import ContextStore
-from app.db.models import ContextHead, Job, Task, Thread
+from app.db.models import ContextHead, Job, Task
 from app.errors import Conflict, ErrorCode, InvalidInput, StorageError
 from app.formats import native_format
 from app.inheritance.service import InheritanceService, Inherited
@@ -31,6 +30,7 @@ from app.tasks import repository
 from app.tasks.presenters import task_out
 from app.tasks.schemas import TaskCreate
 from app.tasks.views import TaskView
+from app.threads import repository as threads_repository
 from app.webhooks.selection import EVENTS, check_chosen, hooks_for
 
 log = logging.getLogger(__name__)
@@ -322,11 +322,7 @@ class TaskService:
                     if target == "failed":
                         row.error_message = error_message
                     if target in lifecycle.FINISHED:  # threads end with their task
-                        await session.execute(
-                            update(Thread)
-                            .where(Thread.task_uuid == task_uuid, Thread.status == "active")
-                            .values(status="aborted", completed_at=now)
-                        )
+                        await threads_repository.abort_active(session, task_uuid, now)
                     # Follow-up work commits with the transition: it survives a restart, and
                     # it runs after the answer, so a slow LLM or a dead receiver never holds it.
                     session.add_all(self._follow_ups(self.view(row, head), action))

@@ -15,8 +15,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy import select, update
-
 from app.budgets.windows import descendants_of
 from app.context.files import ContextFiles, History
 from app.context.records import HeadState
@@ -26,6 +24,7 @@ from app.errors import Conflict, ErrorCode
 from app.jobs.queue import JobDeferred, JobQueue
 from app.llm.errors import LLMError
 from app.summaries.summarizer import Summarizer
+from app.threads import repository
 
 log = logging.getLogger(__name__)
 
@@ -106,19 +105,8 @@ class ChronicleWriter:
         """Store the chronicle unless a run whose lease lapsed stored one first; the stored
         one (what is embedded must not change between runs)."""
         async with self.store.db.transaction() as session:
-            await session.execute(
-                update(Thread)
-                .where(
-                    Thread.task_uuid == job.task_uuid,
-                    Thread.thread_id == job.thread_id,
-                    Thread.chronicle_summary.is_(None),
-                )
-                .values(chronicle_summary=chronicle)
-            )
-            stored = await session.scalar(
-                select(Thread.chronicle_summary).where(
-                    Thread.task_uuid == job.task_uuid, Thread.thread_id == job.thread_id
-                )
+            stored = await repository.keep_chronicle(
+                session, job.task_uuid, job.thread_id, chronicle
             )
         return stored or chronicle
 

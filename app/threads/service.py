@@ -4,8 +4,6 @@ import dataclasses
 import logging
 from datetime import UTC, datetime
 
-from sqlalchemy import select
-
 from app.budgets.windows import ROOT, descendants_of, may_start_under, window_of
 from app.config import Settings
 from app.context.store import AfterCommit, ContextStore, LockedTask
@@ -19,6 +17,7 @@ from app.errors import (
     ThreadNotFound,
 )
 from app.jobs.queue import JobQueue
+from app.threads import repository
 from app.threads.anchors import one_line
 from app.threads.chronicle import KIND as CHRONICLE
 from app.threads.schemas import ThreadCreate, ThreadEnd, ThreadOut
@@ -125,12 +124,7 @@ class ThreadService:
                 if threads[t].message_count
             ]
             async with self.store.db.transaction() as session:
-                rows = await session.scalars(
-                    select(Thread).where(
-                        Thread.task_uuid == task_uuid, Thread.thread_id.in_([*active, thread_id])
-                    )
-                )
-                for row in rows:
+                for row in await repository.threads_of(session, task_uuid, [*active, thread_id]):
                     row.status = outcome if row.thread_id == thread_id else "aborted"
                     row.completed_at = now
                     threads[row.thread_id] = row
@@ -166,10 +160,7 @@ class ThreadService:
             task = await session.get(Task, task_uuid)
             if task is None:
                 raise TaskNotFound(task_uuid)
-            rows = await session.scalars(
-                select(Thread).where(Thread.task_uuid == task_uuid).order_by(Thread.thread_id)
-            )
-            threads = {t.thread_id: t for t in rows}
+            threads = {t.thread_id: t for t in await repository.threads_of(session, task_uuid)}
         nodes = {ROOT: _root(task, threads)}
         nodes |= {i: _out(t, threads, task) for i, t in threads.items()}
         for thread_id, thread in threads.items():
