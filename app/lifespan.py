@@ -36,6 +36,7 @@ from app.stats.service import StatsService
 from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks, process_locks
 from app.summaries.summarizer import Summarizer
+from app.tasks.creation import TaskCreation
 from app.tasks.repository import counter_names
 from app.tasks.service import TaskService
 from app.threads.chronicle import KIND as CHRONICLE
@@ -52,6 +53,7 @@ class Services:
     db: Database
     store: ContextStore
     tasks: TaskService
+    task_creation: TaskCreation
     messages: MessageService
     tools: JournalService
     planning: PlanningService
@@ -91,7 +93,8 @@ def build_services(
     )
     backends = build_backends(settings, http, metrics)
     inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance_wait_s)
-    tasks = TaskService(store, budgets, settings, frozenset(backends), jobs, inheritance)
+    tasks = TaskService(store, budgets, jobs, settings)
+    creation = TaskCreation(tasks, store, budgets, inheritance, settings, frozenset(backends))
     summarizer = Summarizer(
         backends=backends,
         # The summariser's window is the LLM's; what it costs is counted like a default task.
@@ -145,6 +148,7 @@ def build_services(
         db=db,
         store=store,
         tasks=tasks,
+        task_creation=creation,
         messages=MessageService(store, settings, metrics=metrics),
         tools=journal(TOOLS, key="seq", time_field="timestamp"),
         planning=PlanningService(

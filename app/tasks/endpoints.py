@@ -11,12 +11,14 @@ from app.auth.dependencies import PrincipalDep, require_admin
 from app.db.base import UTCBound
 from app.errors import ErrorCode, Forbidden
 from app.lifecycle import TaskStatus
+from app.tasks.creation import TaskCreation
 from app.tasks.presenters import task_created, task_out
 from app.tasks.repository import encode_cursor
 from app.tasks.schemas import FailBody, TaskCreate, TaskCreated, TaskOut, TaskPage
 from app.tasks.service import TaskService
 
 TasksDep = Annotated[TaskService, service("tasks")]
+TaskCreationDep = Annotated[TaskCreation, service("task_creation")]
 
 router = APIRouter(
     route_class=OrjsonRoute, prefix="/tasks", tags=["tasks"], responses=ERROR_RESPONSES
@@ -30,7 +32,7 @@ router = APIRouter(
     responses={200: {"model": TaskCreated, "description": "Same uuid and body: already created"}},
 )
 async def create_task(
-    body: TaskCreate, task_service: TasksDep, response: Response, principal: PrincipalDep
+    body: TaskCreate, creation: TaskCreationDep, response: Response, principal: PrincipalDep
 ) -> TaskCreated:
     """Create a task (idempotent for the same uuid and body); a key limited to some tenants
     creates only theirs (403 out_of_scope)."""
@@ -39,7 +41,7 @@ async def create_task(
             "this key may not create tasks for that user or task source",
             code=ErrorCode.OUT_OF_SCOPE,
         )
-    view, created = await task_service.create(body)
+    view, created = await creation.create(body)
     if not created:
         response.status_code = status.HTTP_200_OK
     return task_created(view)
