@@ -31,7 +31,7 @@ Every payload is checked against the whole history so far (``Facts``; ``check``)
   messages a turn adds are new. Reuse can, so it is what the target is measured on.)
 
 What counts as a path and as an error line is the extractive digest's published rules
-(``app.summaries.extractive``), so the digest is measured against what it sets out to keep;
+(``app.summaries.rules``), so the digest is measured against what it sets out to keep;
 whether a fact is in a payload is a plain substring test on the payload's whitespace-collapsed
 text (every content, tool call and argument), independent of how the fact got there; but an
 error line also counts when a summary lists it in a group of lines that differ in one value
@@ -57,8 +57,8 @@ from app.compaction.truncation import TRUNCATION_TEXT
 from app.config import Settings
 from app.main import create_app
 from app.summaries.excerpts import ELLIPSIS, normalize
-from app.summaries.extractive import (
-    ROOT_TOKEN,
+from app.summaries.layout import ROOT_TOKEN
+from app.summaries.rules import (
     TIER_ACTED,
     content_text,
     record_errors,

@@ -40,8 +40,8 @@ from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, timed_compaction
 from app.planning.items import latest_items
 from app.storage.layout import PLANNING
+from app.summaries.collectors import grouped_errors
 from app.summaries.excerpts import ELISION_TEXT, normalize
-from app.summaries.extractive import grouped_errors
 from app.summaries.summarizer import Summarizer, SummaryLimit
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter

@@ -15,16 +15,8 @@ from typing import Any
 
 from app.context.effective import marker_kind, position
 from app.summaries.excerpts import cut_end, normalize
-from app.summaries.extractive import (
-    ERRORS,
-    FILES,
-    MORE_ITEMS_RE,
-    USER_REQUESTS,
-    acted_paths,
-    content_text,
-    listed_sections,
-    record_errors,
-)
+from app.summaries.layout import ERRORS, FILES, MORE_ITEMS_RE, USER_REQUESTS, listed_sections
+from app.summaries.rules import acted_paths, content_text, record_errors
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
 

@@ -16,7 +16,7 @@ from app.context.records import openai_message
 from app.errors import InvalidInput
 from app.llm.base import ChatBackend
 from app.planning.items import ChecklistItem, render_items
-from app.summaries.extractive import digest_within, extractive_digest
+from app.summaries.digest import digest_within, extractive_digest
 from app.tokens.accounting import content_tokens, message_tokens
 from app.tokens.counters import TextCounter
 
