@@ -60,9 +60,9 @@ from app.summaries.excerpts import ELLIPSIS, normalize
 from app.summaries.layout import ROOT_TOKEN
 from app.summaries.rules import (
     TIER_ACTED,
-    content_text,
     record_errors,
     record_paths,
+    record_text,
     shows_error_line,
     tool_calls,
 )
@@ -174,7 +174,7 @@ class Facts:
     def add(self, message: dict[str, Any]) -> None:
         role = message["role"]
         if role == "user":
-            text = content_text(message.get("content"))
+            text = record_text(message)
             if self.first_instruction is None:
                 self.first_instruction = text
             elif text.strip():
@@ -207,7 +207,7 @@ class Check:
 
 def message_text(message: dict[str, Any]) -> str:
     """A payload message's content, tool calls and their arguments (raw and parsed)."""
-    parts = [content_text(message.get("content"))]
+    parts = [record_text(message)]
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         parts += [str(function.get("name")), str(function.get("arguments"))]
@@ -244,9 +244,7 @@ def is_truncation(message: dict[str, Any]) -> bool:
 def kept_whole_or_cut(text: str, payload: list[dict[str, Any]]) -> bool:
     """A payload user message is ``text``, or ``text`` elided (its start kept)."""
     start = text[:QUOTE_CHARS]
-    return any(
-        m["role"] == "user" and content_text(m.get("content")).startswith(start) for m in payload
-    )
+    return any(m["role"] == "user" and record_text(m).startswith(start) for m in payload)
 
 
 def check(

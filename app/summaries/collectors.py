@@ -29,11 +29,11 @@ from app.summaries.layout import (
 from app.summaries.rules import (
     TIER_ACTED,
     TIER_OUTPUT,
-    content_text,
     error_shape,
     first_sentences,
     record_errors,
     record_paths,
+    record_text,
     salient_argument,
     tool_calls,
     tool_outcome,
@@ -355,12 +355,12 @@ class DigestState:
     kept: str = ""  # the first user message, kept in the context: not one of the records
 
     def keep(self, record: dict[str, Any]) -> None:
-        self.kept = cut_end(normalize(content_text(record.get("content"))), KEPT_MAX)
+        self.kept = cut_end(normalize(record_text(record)), KEPT_MAX)
 
     def add(self, record: dict[str, Any]) -> None:
         marker = marker_kind(record)
         if marker == "truncation":  # the facts it listed of what it hid join these lists
-            for title, items in listed_sections(content_text(record.get("content"))).items():
+            for title, items in listed_sections(record_text(record)).items():
                 for item in items:
                     self._fold(title, item)
             return
@@ -378,7 +378,7 @@ class DigestState:
             self.paths.add(path, tier)
         for error in record_errors(record):
             self._add_error(error)
-        text = content_text(record.get("content"))
+        text = record_text(record)
         if role == "user":
             self._add_user(record, text)
         elif role == "assistant":
@@ -394,7 +394,7 @@ class DigestState:
         """An earlier summary. A digest's paths, errors, requests and notes join this one's
         lists (each listed once); the rest of it, or a chat backend's whole summary, is kept as
         an earlier summary. Its plan block goes: the plan given now supersedes it."""
-        text = without_plan(content_text(record.get("content")))
+        text = without_plan(record_text(record))
         sections = digest_sections(text)
         if sections is None:
             for path, tier in record_paths(record):

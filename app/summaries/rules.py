@@ -7,12 +7,12 @@ The rules are public so that callers and tests can measure what a digest kept
 tells whether a listed error line shows a given one).
 """
 
-import json
 import re
 from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
+from app.formats.parts import RAW_ARGUMENTS_KEY, content_text, parse_arguments
 from app.summaries.excerpts import cut_end, normalize
 
 # Where a path was found, best first: what a tool acted on (a path argument, a command), what a
@@ -32,7 +32,9 @@ PATH_MAX = 300
 TOOL_ERROR_WINDOW = 30
 
 _PATH_KEYS = ("file_path", "path", "notebook_path", "filename", "file_name")
-_COMMAND_KEYS = ("command", "cmd", "code", "input")
+# Commands, and what a tool was given as text ("input"; arguments that are no JSON object, kept
+# verbatim under RAW_ARGUMENTS_KEY): the paths in them are what the tool acted on.
+_COMMAND_KEYS = ("command", "cmd", "code", "input", RAW_ARGUMENTS_KEY)
 _SALIENT_KEYS = ("pattern", "url", "query", "description", "skill", "message", "thought")
 
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_.~@+/-]+")
@@ -161,27 +163,10 @@ def find_error_lines(text: str, *, window: int | None = None) -> list[str]:
     return found
 
 
-def content_text(content: Any) -> str:
-    """The text of a message content: a string, or the text parts of a parts list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [part.get("text") for part in content if isinstance(part, dict)]
-        return "\n".join(text for text in texts if isinstance(text, str) and text)
-    return ""
-
-
-def parse_arguments(arguments: Any) -> dict[str, Any]:
-    """A tool call's arguments as a dict; a non-JSON string becomes ``{"input": string}``."""
-    if isinstance(arguments, dict):
-        return arguments
-    if not isinstance(arguments, str):
-        return {}
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return {"input": arguments}
-    return parsed if isinstance(parsed, dict) else {"input": arguments}
+def record_text(record: dict[str, Any]) -> str:
+    """The text of a record's content as the digest reads it: the texts of its text parts (empty
+    ones left out), joined by newlines."""
+    return content_text(record.get("content"), keep_empty=False)
 
 
 def _string_values(value: Any) -> Iterator[str]:
@@ -233,7 +218,7 @@ def acted_paths(record: dict[str, Any]) -> list[str]:
 def record_paths(record: dict[str, Any]) -> list[tuple[str, int]]:
     """(path, tier) for every path a record shows, in order (with repeats)."""
     text_tier = TIER_OUTPUT if record.get("role") == "tool" else TIER_MENTIONED
-    found = [(path, text_tier) for path in find_paths(content_text(record.get("content")))]
+    found = [(path, text_tier) for path in find_paths(record_text(record))]
     for _, _, arguments in tool_calls(record):
         found.extend(_argument_paths(arguments))
     return found
@@ -245,7 +230,7 @@ def record_errors(record: dict[str, Any]) -> list[str]:
     if role == "system":
         return []
     window = TOOL_ERROR_WINDOW if role == "tool" else None
-    return find_error_lines(content_text(record.get("content")), window=window)
+    return find_error_lines(record_text(record), window=window)
 
 
 # Numbers and ids: hexadecimal (with a digit), UUIDs, decimals ("12", "3.5", "1.2.3").
