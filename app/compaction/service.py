@@ -36,13 +36,13 @@ from app.db.models import Task
 from app.errors import AppError, ErrorCode, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import native_format
 from app.formats.costs import FormatTokens, TokenCosts, in_format
-from app.formats.parts import plain_text
+from app.formats.parts import content_text, stand_in
 from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, timed_compaction
 from app.planning.items import latest_items
 from app.storage.layout import PLANNING
+from app.summaries.collectors import grouped_errors
 from app.summaries.excerpts import ELISION_TEXT, normalize
-from app.summaries.extractive import grouped_errors
 from app.summaries.summarizer import Summarizer, SummaryLimit
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
@@ -878,7 +878,7 @@ def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
 def elided(counter: TextCounter, content: Any, excess: int) -> str:
     """The content with its middle cut so that about ``excess`` (+10%) tokens go, keeping at
     least ``ELIDED_TEXT_TOKENS`` of its start and end."""
-    text = plain_text(content)
+    text = content_text(content, non_text=stand_in)
     tokens = max(1, content_tokens(counter, text))
     chars_per_token = len(text) / tokens
     kept = int(plans.ELIDED_TEXT_TOKENS * chars_per_token)
@@ -921,7 +921,7 @@ def mask_placeholder(result: dict[str, Any], function: dict[str, Any]) -> str:
     """``[output of read_file(path="src/a.py") hidden to save context: 412 lines, 18.3 KB;
     seq 57 of the task's history]``, and the output's error lines, grouped as a digest groups
     them (an error is the fact of an output an agent most needs again)."""
-    text = plain_text(result.get("content"))
+    text = content_text(result.get("content"), non_text=stand_in)
     name = function.get("name") or result.get("tool_name") or "a tool"
     arguments = _short_arguments(function.get("arguments") or "")
     size = len(text.encode())

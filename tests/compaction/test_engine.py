@@ -15,7 +15,7 @@ import pytest
 
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
-from app.summaries.extractive import KEPT_TITLE
+from app.summaries.layout import KEPT_TITLE
 from tests.api.helpers import assert_error, read_jsonl, task_dir
 from tests.conftest import running_app, task_body
 from tests.support_schemas import assert_tool_pairing

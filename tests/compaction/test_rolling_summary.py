@@ -15,7 +15,8 @@ import pytest
 
 from app.compaction.service import SUMMARY_HEADER
 from app.config import Settings
-from app.summaries.extractive import digest_sections, shows_error_line
+from app.summaries.layout import digest_sections
+from app.summaries.rules import shows_error_line
 from app.summaries.summarizer import CUT_NOTE
 from tests.compaction.test_jobs import llm_settings
 from tests.conftest import running_app, task_body

@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from app.formats import FORMATS
-from app.summaries.extractive import NEXT_STEPS, PLAN_TITLE
+from app.summaries.digest import NEXT_STEPS
+from app.summaries.layout import PLAN_TITLE
 from app.summaries.summarizer import DEFAULT_PROMPT, FINAL_REQUEST, PLAN_LABEL
 from app.tokens.counters import HeuristicCounter
 from tests.api.helpers import assert_error, create_task, read_jsonl, task_dir

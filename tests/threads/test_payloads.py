@@ -23,7 +23,7 @@ import pytest
 
 from app.config import Settings
 from app.formats import FORMATS
-from app.formats.parts import plain_text
+from app.formats.parts import content_text, stand_in
 from app.tokens.counters import TextCounter, counter_for
 from tests.api.helpers import assert_error, create_task, read_jsonl, task_dir
 from tests.conftest import CORPUS, running_app, snapshot_dir
@@ -86,7 +86,11 @@ def corpus_conversation() -> list[dict[str, Any]]:
 def latest_exchange(messages: list[dict[str, Any]]) -> tuple[str, str]:
     """The texts of the last user message and the last assistant message that have text."""
     texts = {
-        role: [plain_text(m["content"]) for m in messages if m["role"] == role and m["content"]]
+        role: [
+            content_text(m["content"], non_text=stand_in)
+            for m in messages
+            if m["role"] == role and m["content"]
+        ]
         for role in ("user", "assistant")
     }
     return texts["user"][-1], texts["assistant"][-1]
@@ -166,7 +170,7 @@ def texts(name: str, payload: dict[str, Any]) -> list[str]:
     if name != "anthropic":
         pieces = []
         for message in payload["messages"]:
-            pieces.append(plain_text(message.get("content")))
+            pieces.append(content_text(message.get("content"), non_text=stand_in))
             pieces += [
                 json.dumps(c["function"]["arguments"]) for c in message.get("tool_calls") or ()
             ]
@@ -180,7 +184,7 @@ def texts(name: str, payload: dict[str, Any]) -> list[str]:
                 pieces.append(json.dumps(block["input"]))
             elif block["type"] == "tool_result":
                 content = block.get("content") or ""
-                pieces.append(content if isinstance(content, str) else plain_text(content))
+                pieces.append(content_text(content, non_text=stand_in))
     return pieces
 
 
@@ -259,9 +263,12 @@ async def check_protected(client: httpx.AsyncClient, view: View, openai: httpx.R
     payload = openai.json()
     assert payload["messages"][: len(protected)] == [e["message"] for e in protected]
     own = payload["messages"][len(protected) :]
-    assert all(f"[{view.tag}]" not in plain_text(e["message"]["content"]) for e in protected)
+    assert all(
+        f"[{view.tag}]" not in content_text(e["message"]["content"], non_text=stand_in)
+        for e in protected
+    )
     if own:
-        assert f"[{view.tag}]" in plain_text(own[0]["content"]), own[0]
+        assert f"[{view.tag}]" in content_text(own[0]["content"], non_text=stand_in), own[0]
     return not any(m["role"] == "system" and m["content"].startswith("[Thread") for m in own)
 
 
