@@ -64,7 +64,7 @@ from app.compaction.extractive import (
 )
 from app.compaction.service import SUMMARY_HEADER
 from app.compaction.truncation import TRUNCATION_TEXT
-from app.config import Settings
+from app.config import CompactionSettings, LLMSettings, LogSettings, Settings, StorageSettings
 from app.main import create_app
 from bench.harness import Report, Table, task_body
 from bench.replay import CORPUS, WINDOWS, max_output_tokens
@@ -75,15 +75,15 @@ from bench.replay import CORPUS, WINDOWS, max_output_tokens
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    tiers: tuple[str, ...]  # the compaction_tiers setting
+    tiers: tuple[str, ...]  # the compaction.tiers setting
 
     def settings(self, context_dir: Path) -> Settings:
         return Settings(
             context_dir=context_dir,
-            fsync="never",
-            llm_backend="extractive",
-            log_level="WARNING",
-            compaction_tiers=self.tiers,
+            storage=StorageSettings(fsync="never"),
+            llm=LLMSettings(backend="extractive"),
+            log=LogSettings(level="WARNING"),
+            compaction=CompactionSettings(tiers=self.tiers),
         )
 
 

@@ -39,7 +39,7 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
-    floor = services.settings.ready_min_free_bytes
+    floor = services.settings.storage.ready_min_free_bytes
     root = services.store.layout.root
     checks["context_dir"] = await asyncio.to_thread(_writable_with_room, root, floor)
     database_dir = _sqlite_directory(services.db.engine.url)

@@ -65,7 +65,7 @@ class TaskService:
         self.jobs = jobs
         self.inheritance = inheritance
         self.backend_names = backend_names | {"extractive"}
-        self._fsync = settings.fsync == "always"
+        self._fsync = settings.storage.fsync == "always"
 
     def budget(self, task: Task) -> Budget:
         """The task's budget in counted tokens, its calibration applied."""
@@ -76,8 +76,8 @@ class TaskService:
     def compaction_options(self, task: Task) -> CompactionOptions:
         """The task's compaction tiers and masking, its own choices over the server's."""
         server = CompactionOptions(
-            tiers=self.settings.compaction_tiers,
-            keep_tool_results=self.settings.keep_tool_results,
+            tiers=self.settings.compaction.tiers,
+            keep_tool_results=self.settings.compaction.keep_tool_results,
         )
         return server.merged(task.compaction)
 
@@ -88,14 +88,16 @@ class TaskService:
     def _budget(self, model: str, window: int, reserved: int, calibration: float = 1.0) -> Budget:
         settings = self.settings
         share = effective_threshold(
-            settings.condense_threshold, settings.condense_profile_thresholds.get(model), model
+            settings.compaction.condense_threshold,
+            settings.compaction.condense_profile_thresholds.get(model),
+            model,
         )
         return budget_for(
             window,
             reserved,
-            buffer=settings.context_buffer,
+            buffer=settings.compaction.context_buffer,
             condense_threshold=share,
-            token_threshold=settings.token_threshold,
+            token_threshold=settings.compaction.token_threshold,
             calibration=calibration,
         )
 
@@ -150,10 +152,10 @@ class TaskService:
                 code="unknown_backend",
                 details={"configured": sorted(self.backend_names)},
             )
-        check_chosen(self.settings.webhooks, body.hooks)
+        check_chosen(self.settings.webhook.hooks, body.hooks)
         task_uuid = str(body.uuid or uuid_module.uuid4())
         fingerprint = _fingerprint(body)
-        window = body.context_length or self.settings.default_context_length
+        window = body.context_length or self.settings.compaction.default_context_length
         reserved = body.max_output_tokens or default_reserved_output(window)
         budget = self._budget(body.model, window, reserved)
         if budget.allowed <= 0:
@@ -193,12 +195,12 @@ class TaskService:
     async def _inherited(
         self, body: TaskCreate, counter_name: str, budget: Budget
     ) -> Inherited | None:
-        wanted = body.inherit if body.inherit is not None else self.settings.inheritance_enabled
+        wanted = body.inherit if body.inherit is not None else self.settings.inheritance.enabled
         if not wanted:
             return None
         counter = self.store.counting.counter(counter_name)
         # At most half the budget: a small window keeps room for the run itself.
-        limit = min(self.settings.max_summary_tokens, budget.allowed // INHERITED_SHARE)
+        limit = min(self.settings.inheritance.max_summary_tokens, budget.allowed // INHERITED_SHARE)
         return await self.inheritance.prepare(body.task_key, body.user, counter, limit)
 
     async def _create_locked(
@@ -328,7 +330,7 @@ class TaskService:
                 "model": task.model,
                 "context_length": task.context_length,
                 "max_output_tokens": task.max_output_tokens,
-                "compression_threshold": self.settings.condense_threshold,
+                "compression_threshold": self.settings.compaction.condense_threshold,
             },
             "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
             "request_defaults": body.request_defaults,
@@ -348,7 +350,7 @@ class TaskService:
                 initial,
                 costs=self.store.counting.costs(task.token_counter),
                 timestamp=utc_timestamp(),
-                max_message_bytes=self.settings.max_message_bytes,
+                max_message_bytes=self.settings.limits.max_message_bytes,
             ):
                 record_lines.append(line)
                 current_lines.append(accumulator.admit(record, line))
@@ -434,14 +436,14 @@ class TaskService:
             jobs.append(self.jobs.new(task.uuid, "final_summary"))
         event = EVENTS.get(action)
         if event is not None:
-            names = hooks_for(self.settings.webhooks, task.hooks or [], event)
+            names = hooks_for(self.settings.webhook.hooks, task.hooks or [], event)
             record = task_out(view).model_dump(mode="json") if names else {}
             jobs += [
                 self.jobs.new(
                     task.uuid,
                     "webhook",
                     params={"hook": name, "event": event, "task": record},
-                    max_attempts=self.settings.webhook_max_attempts,
+                    max_attempts=self.settings.webhook.max_attempts,
                 )
                 for name in names
             ]

@@ -24,14 +24,14 @@ class ThreadCreate(BaseModel):
     )
     label: DBText | None = Field(None, max_length=255)
     window_ratio: float | None = Field(
-        None, gt=0, lt=1, description="Share of the parent's window; STELIS_DEFAULT_WINDOW_RATIO."
+        None, gt=0, lt=1, description="Share of the parent's window; THREADS__DEFAULT_WINDOW_RATIO."
     )
     max_depth: int = Field(
         3,
         strict=True,
         ge=1,
         le=16,
-        description="Most levels, the root's included (capped by STELIS_MAX_DEPTH).",
+        description="Most levels, the root's included (capped by THREADS__MAX_DEPTH).",
     )
     chronicle_prompt: DBText | None = Field(None, max_length=100_000)
 
