@@ -54,7 +54,7 @@ from asgi_lifespan import LifespanManager
 
 from app.compaction.service import SUMMARY_HEADER
 from app.compaction.truncation import TRUNCATION_TEXT
-from app.config import Settings
+from app.config import CompactionSettings, LLMSettings, LogSettings, Settings, StorageSettings
 from app.main import create_app
 from app.summaries.excerpts import ELLIPSIS, normalize
 from app.summaries.layout import ROOT_TOKEN
@@ -75,15 +75,15 @@ from bench.replay import CORPUS, WINDOWS, max_output_tokens
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    tiers: tuple[str, ...]  # the compaction_tiers setting
+    tiers: tuple[str, ...]  # the compaction.tiers setting
 
     def settings(self, context_dir: Path) -> Settings:
         return Settings(
             context_dir=context_dir,
-            fsync="never",
-            llm_backend="extractive",
-            log_level="WARNING",
-            compaction_tiers=self.tiers,
+            storage=StorageSettings(fsync="never"),
+            llm=LLMSettings(backend="extractive"),
+            log=LogSettings(level="WARNING"),
+            compaction=CompactionSettings(tiers=self.tiers),
         )
 
 

@@ -38,9 +38,11 @@ def settings(context_dir: Path) -> Settings:
     """Shadows conftest's settings: the default ones with small size limits."""
     return Settings(
         context_dir=context_dir,
-        max_body_bytes=MAX_BODY,
-        max_message_bytes=MAX_MESSAGE,
-        max_batch_messages=MAX_BATCH,
+        limits={
+            "max_body_bytes": MAX_BODY,
+            "max_message_bytes": MAX_MESSAGE,
+            "max_batch_messages": MAX_BATCH,
+        },
     )
 
 

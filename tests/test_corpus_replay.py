@@ -39,7 +39,7 @@ def settings(request: pytest.FixtureRequest, context_dir: Path) -> Settings:
     The batch replay keeps the default "always": the durable write path still sees the corpus.
     """
     fsync = getattr(request, "param", "always")
-    return Settings(context_dir=context_dir, fsync=fsync)
+    return Settings(context_dir=context_dir, storage={"fsync": fsync})
 
 
 def load(name: str) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from tests.conftest import running_app as running_app
 from tests.conftest import task_body
 from tests.fakes import llm_server
 from tests.fakes.llm_server import Behaviour, FakeLLM
+from tests.support_settings import layered
 
 Client = httpx.AsyncClient
 
@@ -35,20 +36,20 @@ PATHS = {"openai": "/v1/chat/completions", "ollama": "/api/chat", "anthropic": "
 def llm_settings(context_dir: Path, fake: FakeLLM, kind: str = "openai", **extra: Any) -> Settings:
     values: dict[str, Any] = {
         "context_dir": context_dir,
-        "fsync": "never",
-        "llm_backend": kind,
-        "llm_base_url": fake.base_url,
-        "llm_model": "fake-model",
-        "llm_timeout_s": 2.0,
-        "llm_max_retries": 0,
-        "llm_retry_backoff_s": 0.01,
-        "job_poll_s": 0.05,
-        "job_backoff_s": 0.05,
-        "job_max_attempts": 2,
-        "request_condense_timeout_s": 1.0,
+        "storage": {"fsync": "never"},
+        "llm": {
+            "backend": kind,
+            "base_url": fake.base_url,
+            "model": "fake-model",
+            "timeout_s": 2.0,
+            "max_retries": 0,
+            "retry_backoff_s": 0.01,
+        },
+        "job": {"poll_s": 0.05, "backoff_s": 0.05, "max_attempts": 2},
+        "compaction": {"request_condense_timeout_s": 1.0},
         "token_counter": "heuristic",  # the tests size their contexts by characters / 4
     }
-    return Settings(**(values | extra))
+    return Settings(**layered(values, extra))
 
 
 async def new_task(client: Client, window: int = 4000) -> str:
@@ -148,7 +149,7 @@ async def test_a_failing_summariser_fails_the_job_and_request_still_fits(
     """Errors and hangs: the job ends failed with its error (after its retries), and /request
     still serves a payload within budget, by truncation."""
     fake_llm.set(behaviour)
-    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=0.3)
+    settings = llm_settings(context_dir, fake_llm, llm={"timeout_s": 0.3})
     async with running_app(settings) as client:
         uuid = await new_task(client)
         await fill(client, uuid, 12)
@@ -176,7 +177,7 @@ async def test_appends_do_not_wait_for_a_slow_summariser(
     """While a summariser takes seconds, appends keep being answered: all of them come back
     while the LLM request is still unanswered."""
     fake_llm.set("ok", delay=3.0)
-    async with running_app(llm_settings(context_dir, fake_llm, llm_timeout_s=10)) as client:
+    async with running_app(llm_settings(context_dir, fake_llm, llm={"timeout_s": 10})) as client:
         uuid = await new_task(client)
         await fill(client, uuid, 12)
         await wait_for(lambda: _returns(bool(fake_llm.requests)))
@@ -207,14 +208,16 @@ async def test_a_job_running_when_the_process_stopped_resumes_after_restart(
     """The process stops mid-job (its LLM call hangs); after a restart the lease runs out,
     the job is queued again and completes."""
     fake_llm.set("hang")
-    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=30, job_lease_s=0.5)
+    # A lease long enough to be renewed in time on a loaded machine (one that lapses while the
+    # first process runs would be a second attempt before the restart).
+    settings = llm_settings(context_dir, fake_llm, llm={"timeout_s": 30}, job={"lease_s": 2.0})
     async with running_app(settings) as client:
         uuid = await new_task(client)
         await fill(client, uuid, 12)
         await wait_for(lambda: _returns(bool(fake_llm.requests)))
         assert [j["status"] for j in await jobs_of(client, uuid)()] == ["running"]
     fake_llm.set("ok", text="Resumed summary.")
-    await asyncio.sleep(0.6)  # the dead process's lease runs out
+    await asyncio.sleep(2.1)  # the dead process's lease runs out
     async with running_app(settings) as client:
         job = await wait_for(finished_job(client, uuid))
         assert job["status"] == "succeeded", job
@@ -255,7 +258,9 @@ async def test_a_span_larger_than_the_summariser_window_is_summarised_in_chunks(
     """The summariser's own window is small: the span goes in several calls, each within it,
     and one more call combines their summaries."""
     fake_llm.set("ok", text="Part summary.")
-    settings = llm_settings(context_dir, fake_llm, llm_window=1500, summary_max_tokens=200)
+    settings = llm_settings(
+        context_dir, fake_llm, llm={"window": 1500}, compaction={"summary_max_tokens": 200}
+    )
     async with running_app(settings) as client:
         uuid = await new_task(client, window=100_000)
         await fill(client, uuid, 14)
@@ -275,7 +280,9 @@ async def test_a_prompt_with_messages_gets_them_inline(
     fake_llm: FakeLLM,
 ) -> None:
     """Seed 001 §7.3: a prompt containing {messages} receives them as [ROLE]: content lines."""
-    settings = llm_settings(context_dir, fake_llm, condense_prompt="Sum up:\n{messages}\nDone.")
+    settings = llm_settings(
+        context_dir, fake_llm, compaction={"condense_prompt": "Sum up:\n{messages}\nDone."}
+    )
     async with running_app(settings) as client:
         uuid = await new_task(client, window=100_000)
         await fill(client, uuid, 12)
@@ -299,7 +306,7 @@ async def test_a_task_paused_while_its_payload_is_compacted_gets_413_not_409(
     task's over budget is (413), not with the compaction's own refusal (409), and the
     summary that came too late is not committed."""
     fake_llm.set("ok", delay=1.0)
-    async with running_app(llm_settings(context_dir, fake_llm, llm_timeout_s=10)) as client:
+    async with running_app(llm_settings(context_dir, fake_llm, llm={"timeout_s": 10})) as client:
         uuid = await new_task(client)
         turns = [
             {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "w" * 1200}
@@ -330,7 +337,9 @@ async def test_request_after_a_background_condense_brought_it_under_budget_does_
     the fresh summary behind a truncation marker.
     """
     fake_llm.set("ok", text="Background summary of src/mod_3.py.", delay=0.5)
-    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=10, request_condense_timeout_s=10)
+    settings = llm_settings(
+        context_dir, fake_llm, llm={"timeout_s": 10}, compaction={"request_condense_timeout_s": 10}
+    )
     async with running_app(settings) as client:
         uuid = await new_task(client)
         turns = [
@@ -364,7 +373,7 @@ async def test_a_blank_condense_prompt_means_the_default_one(
     fake_llm: FakeLLM,
 ) -> None:
     """CONDENSE_PROMPT of blanks is no prompt: the summariser gets the default one."""
-    settings = llm_settings(context_dir, fake_llm, condense_prompt=" \n\t ")
+    settings = llm_settings(context_dir, fake_llm, compaction={"condense_prompt": " \n\t "})
     async with running_app(settings) as client:
         uuid = await new_task(client, window=100_000)
         await fill(client, uuid, 12)
@@ -384,7 +393,7 @@ async def test_the_summariser_sees_the_task_statement_marked_as_kept(
     for reference, said to be kept, before the span, and the span is summarised as before.
 
     Regression: it got only the span, so a summary could not say what the work was for."""
-    settings = llm_settings(context_dir, fake_llm, condense_prompt=prompt)
+    settings = llm_settings(context_dir, fake_llm, compaction={"condense_prompt": prompt})
     async with running_app(settings) as client:
         uuid = await new_task(client, window=100_000)
         await fill(client, uuid, 12, size=100)  # turn 0, the first user message, is kept

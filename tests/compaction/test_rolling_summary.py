@@ -35,7 +35,10 @@ ROOT = "/home/agent/orders-service"
 def settings(context_dir: Path) -> Settings:
     """Characters / 4 tokens, and a job runner that polls often."""
     return Settings(
-        context_dir=context_dir, token_counter="heuristic", fsync="never", job_poll_s=0.05
+        context_dir=context_dir,
+        token_counter="heuristic",
+        storage={"fsync": "never"},
+        job={"poll_s": 0.05},
     )
 
 
@@ -128,7 +131,10 @@ async def test_repeated_condenses_leave_one_summary_that_carries_the_first(
     Regression: the earlier summary was one item of "Earlier summaries", left out whole when
     it did not fit, and its $ROOT paths came back as "ROOT/..." paths."""
     settings = Settings(
-        context_dir=context_dir, token_counter="heuristic", fsync="never", condense_threshold=0.99
+        context_dir=context_dir,
+        token_counter="heuristic",
+        storage={"fsync": "never"},
+        compaction={"condense_threshold": 0.99},
     )
     async with running_app(settings) as client:
         uuid = await new_task(client, window=16_000)
@@ -209,7 +215,9 @@ async def test_a_chat_backend_is_asked_for_the_share_and_a_longer_answer_is_cut(
         f"- step {n}: loaded {ROOT}/data/orders_{n}.csv, 40 NULL dates" for n in range(200)
     )
     fake_llm.set("ok", text=answer)
-    settings = llm_settings(context_dir, fake_llm, condense_threshold=0.99, summary_max_tokens=8000)
+    settings = llm_settings(
+        context_dir, fake_llm, compaction={"condense_threshold": 0.99, "summary_max_tokens": 8000}
+    )
     async with running_app(settings) as client:
         uuid = await new_task(client, window=12_000)
         await append(client, uuid, {"role": "user", "content": "Load the order files."})

@@ -12,6 +12,7 @@ from app.config import Settings
 from tests.api.helpers import create_task
 from tests.conftest import running_app as running_app
 from tests.fakes.llm_server import FakeLLM
+from tests.support_settings import layered
 
 WAIT_S = 60.0  # a bound for failing tests, not a pace: waits end when their condition holds
 
@@ -19,18 +20,17 @@ WAIT_S = 60.0  # a bound for failing tests, not a pace: waits end when their con
 def fast_settings(context_dir: Path, **extra: Any) -> Settings:
     values: dict[str, Any] = {
         "context_dir": context_dir,
-        "fsync": "never",
-        "job_poll_s": 0.05,
-        "job_backoff_s": 0.05,
+        "storage": {"fsync": "never"},
+        "job": {"poll_s": 0.05, "backoff_s": 0.05},
         "token_counter": "heuristic",
     }
-    return Settings(**(values | extra))
+    return Settings(**layered(values, extra))
 
 
 def llm_settings(context_dir: Path, fake: FakeLLM, **extra: Any) -> Settings:
     """Fast settings with the fake LLM server as the default (OpenAI-compatible) backend."""
-    values = {"llm_backend": "openai", "llm_base_url": fake.base_url, "llm_model": "fake-model"}
-    return fast_settings(context_dir, **(values | extra))
+    values = {"llm": {"backend": "openai", "base_url": fake.base_url, "model": "fake-model"}}
+    return fast_settings(context_dir, **layered(values, extra))
 
 
 def turns(count: int, words: int = 400, prefix: str = "turn") -> list[dict[str, Any]]:

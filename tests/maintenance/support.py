@@ -14,16 +14,18 @@ from app.db.models import Task
 from tests.api.helpers import assert_error, create_task, locations, paths_naming
 from tests.conftest import running_app as running_app
 from tests.database import run_sql
+from tests.support_settings import layered
 
 DIR_OF = {"running": "running", "paused": "paused", "completed": "completed", "failed": "completed"}
 # Tables whose rows belong to a task (removed with it, by the foreign keys' cascade).
 TASK_TABLES = ("context_heads", "jobs", "idempotency_keys")
 
 
-def cleanup_settings(tmp_path: Path, *, cleanup_days: int = 0, **overrides: Any) -> Settings:
+def cleanup_settings(tmp_path: Path, **overrides: Any) -> Settings:
     """Settings on ``tmp_path / "contexts"`` (SQLite there); by default the periodic cleanup is
     off, so that only what the test runs removes tasks."""
-    return Settings(context_dir=tmp_path / "contexts", cleanup_days=cleanup_days, **overrides)
+    values = {"context_dir": tmp_path / "contexts", "cleanup": {"days": 0}}
+    return Settings(**layered(values, overrides))
 
 
 async def make_task(client: httpx.AsyncClient, status: str, content: str = "Go") -> str:

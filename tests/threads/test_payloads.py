@@ -65,7 +65,7 @@ NO_MASK = ("condense", "truncate", "elide")
 
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
-    return fast_settings(context_dir, token_counter="auto", compaction_tiers=NO_MASK)
+    return fast_settings(context_dir, token_counter="auto", compaction={"tiers": NO_MASK})
 
 
 @pytest.fixture(scope="module")
@@ -455,7 +455,7 @@ async def test_get_request_fits_a_thread_over_its_share_by_itself(
     fit can bring the thread under its share: it truncates, and elides a message larger than
     the whole share."""
     settings = fast_settings(
-        context_dir, token_counter="auto", min_to_compress=1000, compaction_tiers=NO_MASK
+        context_dir, token_counter="auto", compaction={"min_to_compress": 1000, "tiers": NO_MASK}
     )
     async with running_app(settings) as client:
         uuid, root_latest = await root_task(client)
