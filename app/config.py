@@ -44,7 +44,9 @@ ChatBackendKind = Literal["openai", "ollama", "anthropic"]
 CompactionTier = Literal["mask", "condense", "truncate", "elide"]
 # Names a request may not give to a named backend: "default" is LLM_BACKEND's, "extractive" is
 # the embedded summarizer that needs no backend at all.
-RESERVED_BACKEND_NAMES = frozenset({"default", "extractive"})
+EXTRACTIVE = "extractive"  # the summariser that needs no LLM: a backend name like any other
+DEFAULT_BACKEND = "default"  # the LLM_* settings' backend, when LLM_BACKEND names one
+RESERVED_BACKEND_NAMES = frozenset({DEFAULT_BACKEND, EXTRACTIVE})
 _BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -421,7 +423,7 @@ class LLMSettings(_Group):
 
     @model_validator(mode="after")
     def _check_llm(self) -> Self:
-        if self.backend != "extractive" and not self.model:
+        if self.backend != EXTRACTIVE and not self.model:
             raise ValueError(f"LLM_MODEL must be set when LLM_BACKEND is {self.backend}")
         taken = RESERVED_BACKEND_NAMES.intersection(self.backends)
         if taken:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.config import DEFAULT_BACKEND, EXTRACTIVE
 from app.context.files import ContextFiles, History
 from app.context.store import ContextStore
 from app.db.models import Job
@@ -65,12 +66,12 @@ class FinalSummaryService:
             # (possibly cheaper) condensing backend.
             backend = self.backend or await asyncio.to_thread(files.summary_backend)
             backend = backend or (
-                "default" if "default" in self.summarizer.backends else "extractive"
+                DEFAULT_BACKEND if DEFAULT_BACKEND in self.summarizer.backends else EXTRACTIVE
             )
-            if backend != "extractive" and backend not in self.summarizer.backends:
+            if backend != EXTRACTIVE and backend not in self.summarizer.backends:
                 # Renamed or removed since (a task's choice outlives the configuration).
                 log.warning("task %s: no backend %r; extractive summary", task.uuid, backend)
-                backend = "extractive"
+                backend = EXTRACTIVE
             handle = await asyncio.to_thread(open, files.messages, "rb")
         history = History(handle, head.messages_bytes)
         try:
@@ -82,7 +83,7 @@ class FinalSummaryService:
                     raise
                 log.warning("task %s: final summary by the extractive digest: %s", task.uuid, exc)
                 history = History(handle, head.messages_bytes)
-                text = await self._summarize(history, "extractive")
+                text = await self._summarize(history, EXTRACTIVE)
                 summarizer = f"extractive (after {exc.backend} failed)"
         finally:
             handle.close()

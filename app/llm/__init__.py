@@ -14,11 +14,10 @@ from app.llm.errors import LLMBadResponse, LLMError, LLMRejected, LLMTimeout, LL
 from app.llm.http import HTTPBackend
 from app.llm.ollama import OllamaBackend
 from app.llm.openai import OpenAIBackend
-from app.llm.registry import BACKEND_KINDS, DEFAULT_BACKEND, build_backends, make_backend
+from app.llm.registry import BACKEND_KINDS, build_backends, make_backend
 
 __all__ = [
     "BACKEND_KINDS",
-    "DEFAULT_BACKEND",
     "AnthropicBackend",
     "BackendConfig",
     "ChatBackend",

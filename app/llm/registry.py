@@ -11,7 +11,7 @@ import logging
 import httpx
 from pydantic import SecretStr
 
-from app.config import Settings
+from app.config import DEFAULT_BACKEND, EXTRACTIVE, Settings
 from app.llm.anthropic import AnthropicBackend
 from app.llm.base import BackendConfig, ChatBackend
 from app.llm.http import HTTPBackend
@@ -23,7 +23,6 @@ __all__ = ["BACKEND_KINDS", "DEFAULT_BACKEND", "build_backends", "make_backend"]
 
 log = logging.getLogger("app.llm")
 
-DEFAULT_BACKEND = "default"
 BACKEND_KINDS: dict[str, type[HTTPBackend]] = {
     "openai": OpenAIBackend,
     "ollama": OllamaBackend,
@@ -52,7 +51,7 @@ def build_backends(
 ) -> dict[str, ChatBackend]:
     """Every configured chat backend by name; ``{}`` when only the extractive summarizer is."""
     backends: dict[str, ChatBackend] = {}
-    if settings.llm.backend != "extractive":
+    if settings.llm.backend != EXTRACTIVE:
         default = _config(settings, settings.llm.base_url, settings.llm.model, settings.llm.api_key)
         backends[DEFAULT_BACKEND] = _make(
             DEFAULT_BACKEND, settings.llm.backend, default, client, metrics

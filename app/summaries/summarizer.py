@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.config import DEFAULT_BACKEND, EXTRACTIVE
 from app.context.records import openai_message
 from app.errors import ErrorCode, InvalidInput
 from app.formats.parts import content_text
@@ -87,13 +88,13 @@ class Summarizer:
         self.backends = backends
         self.counter = counter
         self.prompt = prompt if prompt.strip() else DEFAULT_PROMPT  # blanks are no prompt
-        self.backend_name = backend_name or "default"
+        self.backend_name = backend_name or DEFAULT_BACKEND
         self.max_tokens = max_tokens
 
     def backend(self, name: str | None = None) -> ChatBackend | None:
         """The chat backend to use; None means the extractive digest."""
         chosen = name or self.backend_name
-        if chosen not in self.backends and name is not None and name != "extractive":
+        if chosen not in self.backends and name is not None and name != EXTRACTIVE:
             raise InvalidInput(
                 f"no LLM backend named {name!r} is configured",
                 code=ErrorCode.UNKNOWN_BACKEND,
@@ -104,7 +105,7 @@ class Summarizer:
     def describe(self, name: str | None = None) -> str:
         """Which summariser ``name`` resolves to, e.g. "extractive" or "openai:gpt-4o-mini"."""
         backend = self.backend(name)
-        return "extractive" if backend is None else f"{backend.kind}:{backend.model}"
+        return EXTRACTIVE if backend is None else f"{backend.kind}:{backend.model}"
 
     async def summarize(
         self,

@@ -15,7 +15,7 @@ import orjson
 
 from app.budgets.policy import Budget, default_reserved_output
 from app.budgets.service import Budgets
-from app.config import Settings
+from app.config import EXTRACTIVE, Settings
 from app.context.files import ContextFiles, write_group
 from app.context.records import ContextAccumulator, HeadState, StatsDelta, utc_timestamp
 from app.context.store import ContextStore
@@ -52,7 +52,7 @@ class TaskCreation:
         self.budgets = budgets
         self.inheritance = inheritance
         self.settings = settings
-        self.backend_names = backend_names | {"extractive"}
+        self.backend_names = backend_names | {EXTRACTIVE}
         self._fsync = settings.storage.fsync == "always"
 
     async def create(self, body: TaskCreate) -> tuple[TaskView, bool]:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.budgets.windows import descendants_of
+from app.config import EXTRACTIVE
 from app.context.files import ContextFiles, History
 from app.context.records import HeadState
 from app.context.store import SERVICE_KEY, ContextStore, LockedTask
@@ -114,7 +115,7 @@ class ChronicleWriter:
         self, job: Job, history: History, backend: str | None, prompt: str
     ) -> tuple[str, str]:
         """The chronicle and who wrote it; the extractive digest after a last failure."""
-        if backend not in (None, "extractive", *self.summarizer.backends):
+        if backend not in (None, EXTRACTIVE, *self.summarizer.backends):
             backend = None  # renamed or removed since: the default summariser
         try:
             text = await self.summarizer.summarize(
@@ -126,7 +127,7 @@ class ChronicleWriter:
                 raise
             log.warning("thread %d: chronicle by the extractive digest: %s", job.thread_id, exc)
             text = await self.summarizer.summarize(
-                iter(history), "extractive", prompt=prompt, max_tokens=self.max_tokens
+                iter(history), EXTRACTIVE, prompt=prompt, max_tokens=self.max_tokens
             )
             return text.strip(), f"extractive (after {exc.backend} failed)"
 
