@@ -152,7 +152,7 @@ class CompactionService:
         return gain < self.settings.compaction.min_gain_share * context_tokens
 
     def _cost(self, task: Task, message: Mapping[str, Any]) -> tuple[int, FormatTokens]:
-        return self.store.counting.costs(task.token_counter).message(openai_message(message))
+        return self.store.costs(task).message(openai_message(message))
 
     # -- the operations -------------------------------------------------------------------
 
@@ -243,7 +243,7 @@ class CompactionService:
         allowed = self.budgets.context_budget(locked).allowed
         heading = SUMMARY_HEADER.format(count=messages)
         overhead = in_format(*self._cost(locked.task, {"role": "user", "content": heading}), fmt)
-        counter = self.store.counting.costs(locked.task.token_counter).counter
+        counter = self.store.costs(locked.task).counter
         share = int(allowed * self.settings.compaction.summary_max_share)
         return SummaryLimit(max(1, share - overhead), counter)
 
@@ -304,7 +304,7 @@ class CompactionService:
             chosen = plans.plan_mask(entries, keep_tool_results=tiers.keep_tool_results)
             if not chosen:
                 return Outcome("skipped", before, before, reason="nothing_to_mask")
-            costs = self.store.counting.costs(locked.task.token_counter)
+            costs = self.store.costs(locked.task)
             masks = await asyncio.to_thread(
                 _masks, files, head.messages_bytes, [entries[i].seq for i in chosen], costs
             )
@@ -366,7 +366,7 @@ class CompactionService:
             content = truncation_text(
                 plan.messages(entries),
                 facts,
-                self.store.counting.costs(locked.task.token_counter).counter,
+                self.store.costs(locked.task).counter,
                 self.budgets.context_budget(locked).allowed,
             )
             marker: Marker = {"role": "user", "content": content, "marker": "truncation"}
@@ -393,7 +393,7 @@ class CompactionService:
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
-            costs = self.store.counting.costs(locked.task.token_counter)
+            costs = self.store.costs(locked.task)
             # Reading and counting large messages: off the event loop.
             found = await asyncio.to_thread(
                 _elision, files, head.messages_bytes, entries, costs, excess, fmt

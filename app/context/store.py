@@ -65,7 +65,7 @@ from app.errors import (
     ThreadNotActive,
     ThreadNotFound,
 )
-from app.formats.costs import TokenCounting
+from app.formats.costs import TokenCosts, TokenCounting
 from app.storage.failures import storage_failure
 from app.storage.jsonl import first_damaged_line, fsync_dir, iter_lines, size_of, truncate
 from app.storage.layout import CURRENT, MESSAGES, STATUS_DIRS, Layout, context_dir
@@ -280,6 +280,10 @@ class ContextStore:
         await asyncio.to_thread(_create_files, directory, fsync=self.fsync)
         async with self.db.transaction() as session:
             heads.add_context(session, thread)
+
+    def costs(self, task: Task) -> TokenCosts:
+        """What a message costs in each format, as the task's counter counts."""
+        return self.counting.costs(task.token_counter)
 
     def task_dir(self, task: Task) -> Path:
         return self.layout.task_dir(task.status, task.uuid)

@@ -42,12 +42,13 @@ class Inherited:
 class InheritanceService:
     def __init__(self, store: ContextStore, jobs: JobQueue, *, wait_s: float) -> None:
         self.store = store
+        self.db = store.db
         self.jobs = jobs
         self.wait_s = wait_s
 
     async def task(self, task_uuid: str) -> Task:
         """The task's row, for what it inherited (set at creation, never changed after)."""
-        async with self.store.db.reader() as session:
+        async with self.db.reader() as session:
             task = await session.get(Task, task_uuid)
         if task is None:
             raise TaskNotFound(task_uuid)
@@ -55,7 +56,7 @@ class InheritanceService:
 
     async def candidates(self, key: TaskKey, user: str | None, limit: int) -> list[Task]:
         """Finished tasks with this key and user, newest completion first."""
-        async with self.store.db.reader() as session:
+        async with self.db.reader() as session:
             return await repository.finished_runs(session, key, user, limit)
 
     async def prepare(

@@ -55,7 +55,7 @@ class MaintenanceService:
         self.max_listed = max_listed
 
     async def overview(self) -> MaintenanceReport:
-        orphans = await find_orphans(self.tasks.store.layout, self.db, self.max_listed)
+        orphans = await find_orphans(self.tasks.layout, self.db, self.max_listed)
         return MaintenanceReport.model_validate({"orphans": dataclasses.asdict(orphans)})
 
     async def cleanup(

@@ -98,7 +98,7 @@ class Assembler:
             return assembly
         heads = await self.store.heads(locked.task.uuid)
         task_dir = self.store.task_dir(locked.task)
-        costs = self.store.counting.costs(locked.task.token_counter)
+        costs = self.store.costs(locked.task)
         renderer = _AnchorRenderer(task_dir, threads, heads, costs, fmt, viewer=locked.thread_id)
         children = [t for t in threads.values() if t.parent_thread_id == locked.thread_id]
         assembly.anchors = await asyncio.to_thread(

@@ -119,7 +119,7 @@ class PayloadService:
         return tokens, headers
 
     def _counter(self, task: Task) -> TextCounter:
-        return self.store.counting.counter(task.token_counter)
+        return self.store.costs(task).counter
 
     async def context_view(
         self, task_uuid: str, format_name: str | None, thread_id: int = 0

@@ -46,6 +46,7 @@ class PlanningService:
     ) -> None:
         self.journal = journal
         self.store = store
+        self.db = store.db
         self.budgets = budgets
         self.condense_if_crossed = condense_if_crossed
 
@@ -68,7 +69,7 @@ class PlanningService:
         content, (openai, others) = await asyncio.to_thread(
             self._message, task, entry, planning, limit
         )
-        async with self.store.db.transaction() as session:
+        async with self.db.transaction() as session:
             await repository.set_pinned_plan(session, task.uuid, content, openai, others)
         values = {"pinned_plan": content, "plan_tokens": openai, "format_plan_tokens": others}
         # A larger plan may take the payload over the threshold, as an append may.
@@ -82,7 +83,7 @@ class PlanningService:
     def _message(
         self, task: Task, entry: dict[str, Any], planning: Path, limit: int
     ) -> tuple[str, tuple[int, dict[str, int]]]:
-        costs = self.store.counting.costs(task.token_counter)
+        costs = self.store.costs(task)
         body = entry["plan_content"]
         if not isinstance(body, str):
             body = orjson.dumps(body, option=orjson.OPT_INDENT_2).decode()
@@ -94,6 +95,6 @@ class PlanningService:
             if current.entry_id != entry["id"]:
                 content += ITEMS_FROM.format(entry_id=current.entry_id)
             content += render_items(current.items)
-        count = self.store.counting.counter(task.token_counter).count_text
+        count = self.store.costs(task).counter.count_text
         content = cut(count, content, limit - 16)  # 16: the message's own overhead, and more
         return content, costs.message(pinned_message(content))
