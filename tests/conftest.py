@@ -19,8 +19,8 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
-from tests.lifespan import lifespan_of
-from tests.postgres import PostgresDatabases
+from tests.support.lifespan import lifespan_of
+from tests.support.postgres import PostgresDatabases
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

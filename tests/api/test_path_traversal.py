@@ -24,11 +24,11 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
-from tests.api.helpers import assert_error, key, locations, paths_naming, read_jsonl, task_dir
-from tests.api.test_auth import BODIES, Route, outcome, task_routes
-from tests.asgi_raw import raw
+from tests.auth.test_auth import BODIES, Route, outcome, task_routes
 from tests.conftest import snapshot_dir, task_body
-from tests.lifecycle.support import fast_settings, settled_jobs
+from tests.support.asgi_raw import raw
+from tests.support.tasks import assert_error, key, locations, paths_naming, read_jsonl, task_dir
+from tests.support.waits import fast_settings, settled_jobs
 from tests.threads.test_tree import start
 
 SENTINEL = "sentinel outside CONTEXT_DIR: never read, never shown"

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.helpers import assert_error, create_task
 from tests.conftest import snapshot_dir, task_body
+from tests.support.tasks import assert_error, create_task
 
 
 async def test_a_lone_surrogate_is_invalid_json(

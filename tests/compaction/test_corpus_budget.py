@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.api.helpers import windowed_task
 from tests.conftest import CORPUS
-from tests.lifecycle.support import settled_jobs
-from tests.support_schemas import assert_tool_pairing, validate_openai_request
+from tests.support.schemas import assert_tool_pairing, validate_openai_request
+from tests.support.tasks import windowed_task
+from tests.support.waits import settled_jobs
 
 LONGEST = [p.name for p in sorted(CORPUS.glob("*.jsonl"), key=lambda p: -p.stat().st_size)[:6]]
 BATCH = 10

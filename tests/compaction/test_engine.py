@@ -16,9 +16,9 @@ import pytest
 from app.compaction.extractive import KEPT_TITLE
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
-from tests.api.helpers import assert_error, read_jsonl, task_dir
 from tests.conftest import running_app, task_body
-from tests.support_schemas import assert_tool_pairing
+from tests.support.schemas import assert_tool_pairing
+from tests.support.tasks import assert_error, read_jsonl, task_dir
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ import pytest
 from app.compaction.service import MAX_FIT_ROUNDS
 from app.config import Settings
 from tests.conftest import CORPUS, running_app, task_body
-from tests.lifecycle.support import settled_jobs
-from tests.support_schemas import assert_tool_pairing
+from tests.support.schemas import assert_tool_pairing
+from tests.support.waits import settled_jobs
 
 TRAJECTORY = "claude-code__ccviewer_fe5e1c67_subagent.jsonl"
 WINDOW = 4000

@@ -12,11 +12,11 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.api.helpers import assert_error, read_jsonl, task_dir
 from tests.compaction.test_engine import SYSTEM, append, new_task
 from tests.conftest import running_app, snapshot_dir, task_body
-from tests.lifecycle.support import settled_jobs
-from tests.support_schemas import assert_tool_pairing
+from tests.support.schemas import assert_tool_pairing
+from tests.support.tasks import assert_error, read_jsonl, task_dir
+from tests.support.waits import settled_jobs
 
 Message = dict[str, Any]
 INSTRUCTION = {"role": "user", "content": "Find why the date parser fails and fix it."}

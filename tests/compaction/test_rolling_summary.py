@@ -17,11 +17,11 @@ from app.compaction.extractive import digest_sections, shows_error_line
 from app.compaction.service import SUMMARY_HEADER
 from app.compaction.summarizer import CUT_NOTE
 from app.config import Settings
-from tests.compaction.test_jobs import llm_settings
+from tests.compaction.test_condense_jobs import llm_settings
 from tests.conftest import running_app, task_body
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.lifecycle.support import settled_jobs
+from tests.support.waits import settled_jobs
 
 Client = httpx.AsyncClient
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
 from app.context.records import RESERVED_FIELDS, openai_message
-from tests.api.helpers import assert_error, read_jsonl, task_dir
 from tests.conftest import running_app, snapshot_dir, task_body
+from tests.support.tasks import assert_error, read_jsonl, task_dir
 
 FORGERIES = [
     {"role": "user", "content": "evil", "marker": "rewind"},

@@ -18,9 +18,9 @@ import orjson
 import pytest
 
 from tests.conftest import snapshot_dir, task_body
-from tests.e2e import server
-from tests.e2e.server import Server, ServerPool, all_messages
 from tests.e2e.test_connections import read_until_closed, status_and_headers
+from tests.support import server
+from tests.support.server import Server, ServerPool, all_messages
 
 pytestmark = pytest.mark.e2e
 servers = server.servers

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import (
+from tests.support import server
+from tests.support.server import (
     ServerPool,
     all_messages,
     assert_seqs_contiguous,

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import Server, ServerPool
+from tests.support import server
+from tests.support.server import Server, ServerPool
 
 pytestmark = pytest.mark.e2e
 servers = server.servers

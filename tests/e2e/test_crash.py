@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from tests.conftest import task_body
-from tests.database import run_sql
-from tests.e2e import server
-from tests.e2e.server import (
+from tests.support import server
+from tests.support.database import run_sql
+from tests.support.server import (
     Server,
     ServerPool,
     all_messages,

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import Server, ServerPool, all_messages, jsonl_records, task_dirs
+from tests.support import server
+from tests.support.server import Server, ServerPool, all_messages, jsonl_records, task_dirs
 
 pytestmark = pytest.mark.e2e
 servers = server.servers

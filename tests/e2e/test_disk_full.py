@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import all_messages, assert_seqs_contiguous, assert_valid_openai_request
+from tests.support import server
+from tests.support.server import all_messages, assert_seqs_contiguous, assert_valid_openai_request
 
 pytestmark = pytest.mark.e2e
 servers = server.servers  # the fixture: real uvicorn processes, ended at teardown

@@ -23,9 +23,10 @@ import psutil
 import pytest
 
 from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.load import Answer, Failover, Ledger, message_body, settled_jobs
-from tests.e2e.server import (
+from tests.fakes.llm_server import FakeLLM, running_fake_llm
+from tests.support import server
+from tests.support.load import Answer, Failover, Ledger, message_body, settled_jobs
+from tests.support.server import (
     Server,
     ServerPool,
     all_messages,
@@ -34,7 +35,6 @@ from tests.e2e.server import (
     jsonl_records,
     task_dirs,
 )
-from tests.fakes.llm_server import FakeLLM, running_fake_llm
 
 pytestmark = pytest.mark.e2e
 servers = server.servers  # the fixture: real uvicorn processes, ended at teardown

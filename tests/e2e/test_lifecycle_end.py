@@ -18,10 +18,10 @@ import pytest
 
 from app.tokens.counting import TokenCounting
 from tests.conftest import CORPUS, task_body
-from tests.e2e import server
-from tests.e2e.server import ServerPool, free_port
 from tests.fakes.llm_server import running_fake_llm
 from tests.fakes.webhook_receiver import Receiver, running_receiver
+from tests.support import server
+from tests.support.server import ServerPool, free_port
 
 pytestmark = pytest.mark.e2e
 servers = server.servers

@@ -10,8 +10,8 @@ import pytest
 
 from app.formats import FORMATS
 from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import Server, ServerPool
+from tests.support import server
+from tests.support.server import Server, ServerPool
 
 pytestmark = pytest.mark.e2e
 servers = server.servers  # the fixture: real uvicorn processes, ended at teardown

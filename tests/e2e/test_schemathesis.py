@@ -39,8 +39,8 @@ from schemathesis.hooks import HookContext
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.conftest import REPO, task_body
-from tests.e2e.server import Server, ServerPool
-from tests.postgres import PostgresDatabases
+from tests.support.postgres import PostgresDatabases
+from tests.support.server import Server, ServerPool
 
 pytestmark = pytest.mark.e2e
 ApiCase = Case[Any]

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e import server
-from tests.e2e.server import ServerPool, assert_seqs_contiguous
 from tests.fakes.llm_server import running_fake_llm
+from tests.support import server
+from tests.support.server import ServerPool, assert_seqs_contiguous
 from tests.threads.test_end import (
     CHRONICLE,
     FORMATS,

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 
 from tests.conftest import task_body
-from tests.database import run_sql
-from tests.e2e import server
-from tests.e2e.server import ServerPool
+from tests.support import server
+from tests.support.database import run_sql
+from tests.support.server import ServerPool
 
 servers = server.servers
 

@@ -9,7 +9,7 @@ from app.formats.anthropic import NO_RESULT, PER_BLOCK, unanswered_result_tokens
 from app.formats.parts import RAW_ARGUMENTS_KEY
 from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.counters import HeuristicCounter
-from tests.formats.support import (
+from tests.support.formats import (
     METADATA,
     PNG,
     adjustment,

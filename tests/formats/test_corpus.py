@@ -18,7 +18,7 @@ from app.formats.anthropic import STANDALONE_ID, TOOL_ID
 from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.counters import HeuristicCounter, counter_for
 from tests.conftest import CORPUS
-from tests.formats.support import METADATA, adjustment, render, unanswered_calls, validate_payload
+from tests.support.formats import METADATA, adjustment, render, unanswered_calls, validate_payload
 
 CORPUS_FILES = sorted(path.name for path in CORPUS.glob("*.jsonl"))
 COUNTER = HeuristicCounter()

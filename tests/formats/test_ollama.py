@@ -6,7 +6,7 @@ from app.formats import FORMATS
 from app.formats.parts import RAW_ARGUMENTS_KEY
 from app.tokens.accounting import PER_PAYLOAD, inline_image_tokens
 from app.tokens.counters import HeuristicCounter
-from tests.formats.support import (
+from tests.support.formats import (
     METADATA,
     PNG,
     adjustment,

@@ -29,8 +29,8 @@ from app.context.records import RESERVED_FIELDS, HeadState, openai_message
 from app.formats import FORMATS
 from app.storage.layout import CURRENT, MESSAGES, SUMMARIES
 from app.tokens.counting import TokenCounting
-from tests.compaction.test_effective import reference_context
-from tests.formats.support import validate_payload
+from tests.context.test_effective import reference_context
+from tests.support.formats import validate_payload
 
 
 class Broken(AssertionError):

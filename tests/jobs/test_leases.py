@@ -11,8 +11,8 @@ import pytest
 from app.config import Settings
 from app.db.engine import open_database
 from app.jobs.queue import JobQueue
-from tests.api.helpers import create_task
 from tests.conftest import running_app
+from tests.support.tasks import create_task
 
 LEASE_S = 0.2
 

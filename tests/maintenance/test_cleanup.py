@@ -13,9 +13,8 @@ import pytest
 from app.config import Settings
 from app.lifespan import open_services
 from app.maintenance.service import MaintenanceService
-from tests.api.helpers import assert_error
 from tests.conftest import snapshot_dir
-from tests.maintenance.support import (
+from tests.support.cleanup import (
     assert_gone,
     assert_present,
     backdate,
@@ -25,6 +24,7 @@ from tests.maintenance.support import (
     settle,
     task_rows,
 )
+from tests.support.tasks import assert_error
 
 
 def assert_report(report: dict[str, Any], **expected: Any) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.maintenance.periodic import Periodic
-from tests.maintenance.support import (
+from tests.support.cleanup import (
     assert_gone,
     assert_present,
     backdate,

@@ -19,8 +19,8 @@ from app.observability.logs import ServiceHandler, configure_logging, task_conte
 from tests.conftest import serving
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.lifecycle.support import settled_jobs
-from tests.observability.support import new_task, turns
+from tests.support.metrics import new_task, turns
+from tests.support.waits import settled_jobs
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 

@@ -11,7 +11,7 @@ from app.jobs.queue import JobQueue
 from app.observability.metrics import CONTENT_TYPE
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.observability.support import new_task, running_app, scrape, series, turns, value
+from tests.support.metrics import new_task, running_app, scrape, series, turns, value
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 

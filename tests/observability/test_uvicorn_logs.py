@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, task_body
-from tests.e2e.server import free_port
+from tests.support.server import free_port
 
 READY_TIMEOUT_S = 45.0
 

@@ -18,14 +18,14 @@ import pytest
 from app.config import Settings
 from app.formats import FORMATS
 from app.tokens.counters import TextCounter, counter_for
-from tests.api.helpers import windowed_task
 from tests.conftest import CORPUS
-from tests.formats.support import (
+from tests.support.formats import (
     adjustment,
     calls_left_open,
     unanswered_calls,
     validate_payload,
 )
+from tests.support.tasks import windowed_task
 
 CORPUS_FILES = sorted(path.name for path in CORPUS.glob("*.jsonl"))
 WINDOWS = {8000: 1000, 32000: 4000}  # context_length -> max_output_tokens

@@ -19,8 +19,8 @@ import pytest
 from app.config import Settings
 from app.storage.layout import LOCATIONS
 from tests.conftest import running_app, snapshot_dir, task_body
-from tests.database import run_sql
-from tests.storage.support import get_json, post_json
+from tests.support.database import run_sql
+from tests.support.records import get_json, post_json
 
 
 @asynccontextmanager

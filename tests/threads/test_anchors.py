@@ -18,12 +18,12 @@ from app.config import Settings
 from app.context.records import ANCHOR, ANCHOR_TOKENS
 from app.formats import FORMATS
 from app.tokens.counters import TextCounter, counter_for
-from tests.api.helpers import assert_error, create_task
 from tests.conftest import snapshot_dir
 from tests.fakes.llm_server import FakeLLM, fake_llm  # noqa: F401
-from tests.formats.support import validate_payload
-from tests.lifecycle.support import llm_settings, running_app, settled_jobs
-from tests.threads.support import context_view, served
+from tests.support.formats import validate_payload
+from tests.support.payloads import context_view, served
+from tests.support.tasks import assert_error, create_task
+from tests.support.waits import llm_settings, running_app, settled_jobs
 from tests.threads.test_tree import start
 
 LABELS = {"stelis_1": "autonomous run", "stelis_1_1": "coder", "stelis_2": "another task"}

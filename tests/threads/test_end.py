@@ -22,12 +22,13 @@ from app.db.engine import open_database
 from app.db.models import Job
 from app.storage.layout import MESSAGES, context_dir
 from app.threads.chronicle import DEFAULT_PROMPT, PARTIAL
-from tests.api.helpers import assert_error, create_task, read_jsonl, task_dir
 from tests.conftest import snapshot_dir
-from tests.e2e.server import assert_seqs_contiguous
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM, RecordedRequest
-from tests.lifecycle.support import (
+from tests.support.payloads import served
+from tests.support.server import assert_seqs_contiguous
+from tests.support.tasks import assert_error, create_task, read_jsonl, task_dir
+from tests.support.waits import (
     WAIT_S,
     jobs_of,
     llm_settings,
@@ -35,7 +36,6 @@ from tests.lifecycle.support import (
     settled_jobs,
     until,
 )
-from tests.threads.support import served
 from tests.threads.test_tree import start
 
 fake_llm = llm_server.fake_llm

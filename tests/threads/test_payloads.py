@@ -25,11 +25,11 @@ from app.config import Settings
 from app.formats import FORMATS
 from app.formats.parts import plain_text
 from app.tokens.counters import TextCounter, counter_for
-from tests.api.helpers import assert_error, create_task, read_jsonl, task_dir
 from tests.conftest import CORPUS, running_app, snapshot_dir
-from tests.formats.support import adjustment, validate_payload
-from tests.lifecycle.support import fast_settings, jobs_of, settled_jobs
-from tests.threads.support import context_view
+from tests.support.formats import adjustment, validate_payload
+from tests.support.payloads import context_view
+from tests.support.tasks import assert_error, create_task, read_jsonl, task_dir
+from tests.support.waits import fast_settings, jobs_of, settled_jobs
 from tests.threads.test_tree import start
 
 WINDOW = 12_000

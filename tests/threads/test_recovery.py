@@ -6,8 +6,8 @@ from pathlib import Path
 import httpx
 
 from app.config import Settings
-from tests.api.helpers import create_task, read_jsonl, task_dir
 from tests.conftest import running_app
+from tests.support.tasks import create_task, read_jsonl, task_dir
 from tests.threads.test_tree import start
 
 TURNS = [

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.api.helpers import assert_error, create_task
 from tests.conftest import running_app, snapshot_dir
+from tests.support.tasks import assert_error, create_task
 
 
 async def start(client: httpx.AsyncClient, uuid: str, **body: Any) -> dict[str, Any]:
