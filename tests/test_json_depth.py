@@ -13,8 +13,9 @@ import orjson
 import pytest
 
 from app.json_depth import nests_deeper
-from tests.conftest import snapshot_dir, task_body
-from tests.support.tasks import assert_error
+from tests.support.errors import assert_error
+from tests.support.files import snapshot_dir
+from tests.support.tasks import task_body
 
 LIMIT = 64  # the default of MAX_JSON_DEPTH
 

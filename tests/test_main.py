@@ -2,7 +2,7 @@
 
 import httpx
 
-from tests.conftest import task_body
+from tests.support.tasks import task_body
 
 
 async def test_create_append_request(client: httpx.AsyncClient) -> None:

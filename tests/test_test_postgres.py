@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from tests.support.server import free_port
 
 SCRIPT = REPO / "scripts" / "test-postgres"

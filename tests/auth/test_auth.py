@@ -10,7 +10,6 @@ import json
 import logging
 import uuid as uuid_module
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,14 @@ from pydantic import SecretStr, ValidationError
 
 from app.auth.keys import OPEN, Principal, identify
 from app.config import ApiKeyConfig, Settings
-from app.main import create_app
 from app.observability.logs import configure_logging
-from tests.conftest import running_app, snapshot_dir, task_body
-from tests.messages.test_message_input import directories
-from tests.observability.test_logs import logged_service
-from tests.support.tasks import DEFAULT_KEY, assert_error, key, paths_naming
-from tests.support.waits import fast_settings, settled_jobs
+from tests.support.app import logged_service, running_app
+from tests.support.errors import assert_error
+from tests.support.files import directories, paths_naming, snapshot_dir
+from tests.support.routes import BODIES, Route, outcome, schema_routes, task_routes
+from tests.support.settings import fast_settings
+from tests.support.tasks import DEFAULT_KEY, key, task_body
+from tests.support.waits import settled_jobs
 
 KEYS: dict[str, dict[str, Any]] = {
     "agent": {"key": "agent-7Qm2vX9pL4sK8wR1", "role": "agent"},
@@ -77,39 +77,9 @@ CROSS_TENANT = {
     ("GET", "/inheritance/candidates"),
     ("GET", "/metrics"),
 }
-# A body each route would accept, so a refusal is the key's doing, not the body's. Routes not
-# listed are sent without one.
-BODIES: dict[tuple[str, str], Any] = {
-    ("POST", "/tasks"): task_body(),
-    ("POST", "/tasks/{uuid}/fail"): {"error_message": "boom"},
-    ("POST", "/tasks/{uuid}/messages"): {"role": "user", "content": "Fix the bug in a.py"},
-    ("POST", "/tasks/{uuid}/compress"): {"strategy": "truncate"},
-    ("POST", "/tasks/{uuid}/rewind"): {"to_seq": 2},
-    ("POST", "/tasks/{uuid}/tools"): {"tool": "read_file", "args": {"path": "a.py"}},
-    ("POST", "/tasks/{uuid}/planning"): {"plan_type": "initial", "plan_content": "1. Read a.py"},
-    ("POST", "/tasks/{uuid}/threads"): {"label": "sub-agent"},
-    ("POST", "/tasks/{uuid}/threads/{thread_id}/end"): {"generate_chronicle": False},
-    ("POST", "/tasks/{uuid}/threads/{thread_id}/abort"): {"generate_chronicle": False},
-    ("POST", "/maintenance/cleanup"): {"older_than_days": 0},
-}
 PARAMS: dict[tuple[str, str], dict[str, str]] = {
     ("GET", "/inheritance/candidates"): DEFAULT_KEY | {"user": "notfolder"}
 }
-
-Route = tuple[str, str]  # method, path template
-
-
-@cache
-def schema_routes() -> tuple[Route, ...]:
-    """Every (method, path template) of the app, from the schema of an app without keys (the
-    one that serves it; the routes are the same either way)."""
-    paths: dict[str, dict[str, Any]] = create_app(Settings()).openapi()["paths"]
-    return tuple(sorted((method.upper(), path) for path, ops in paths.items() for method in ops))
-
-
-def task_routes() -> list[Route]:
-    """Every route about one task: /tasks/{uuid} and everything under it."""
-    return [(m, p) for m, p in schema_routes() if p.startswith("/tasks/{uuid}")]
 
 
 def bearer(name: str) -> str:
@@ -142,20 +112,6 @@ async def call(
 ) -> httpx.Response:
     """The route at ``url`` with the body and query it would accept."""
     return await send(client, route[0], url, auth, BODIES.get(route), PARAMS.get(route))
-
-
-def outcome(response: httpx.Response) -> str:
-    """ "<status>" for a success, "<status> <code>" for an error (checked to be in the one error
-    shape), with "[<WWW-Authenticate>]" after a 401."""
-    if response.status_code < 400:
-        return str(response.status_code)
-    if not response.headers.get("content-type", "").startswith("application/json"):
-        return f"{response.status_code} not JSON: {response.text[:200]}"
-    code = response.json()["error"]["code"]
-    assert_error(response, response.status_code, code)
-    if response.status_code == 401:
-        return f"401 {code} [{response.headers.get('www-authenticate')}]"
-    return f"{response.status_code} {code}"
 
 
 UNAUTHORIZED = "401 unauthorized [Bearer]"

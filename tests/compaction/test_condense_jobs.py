@@ -14,10 +14,12 @@ import pytest
 
 from app.compaction.summarizer import DEFAULT_PROMPT, KEPT_LABEL
 from app.config import Settings
-from tests.conftest import running_app as running_app
-from tests.conftest import task_body
 from tests.fakes import llm_server
 from tests.fakes.llm_server import Behaviour, FakeLLM
+from tests.support.app import running_app
+from tests.support.conversations import file_turns
+from tests.support.settings import impatient_llm_settings
+from tests.support.tasks import new_task, task_body
 
 Client = httpx.AsyncClient
 
@@ -30,41 +32,13 @@ def settings(context_dir: Path) -> Settings:
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 PATHS = {"openai": "/v1/chat/completions", "ollama": "/api/chat", "anthropic": "/v1/messages"}
-
-
-def llm_settings(context_dir: Path, fake: FakeLLM, kind: str = "openai", **extra: Any) -> Settings:
-    values: dict[str, Any] = {
-        "context_dir": context_dir,
-        "fsync": "never",
-        "llm_backend": kind,
-        "llm_base_url": fake.base_url,
-        "llm_model": "fake-model",
-        "llm_timeout_s": 2.0,
-        "llm_max_retries": 0,
-        "llm_retry_backoff_s": 0.01,
-        "job_poll_s": 0.05,
-        "job_backoff_s": 0.05,
-        "job_max_attempts": 2,
-        "request_condense_timeout_s": 1.0,
-        "token_counter": "heuristic",  # the tests size their contexts by characters / 4
-    }
-    return Settings(**(values | extra))
-
-
-async def new_task(client: Client, window: int = 4000) -> str:
-    body = task_body(context_length=window, max_output_tokens=200, system_prompt="Be useful.")
-    response = await client.post("/tasks", json=body)
-    assert response.status_code == 201, response.text
-    uuid: str = response.json()["uuid"]
-    return uuid
+TASK = {"system_prompt": "Be useful.", "max_output_tokens": 200}  # and a window of its own
 
 
 async def fill(client: Client, uuid: str, count: int, size: int = 1200) -> list[dict[str, Any]]:
     """Append user/assistant turns one at a time; return the append answers."""
     answers = []
-    for n in range(count):
-        role = "user" if n % 2 == 0 else "assistant"
-        message = {"role": role, "content": f"turn {n} about src/mod_{n}.py " + "w" * size}
+    for message in file_turns(count, size):
         response = await client.post(f"/tasks/{uuid}/messages", json=message)
         assert response.status_code == 201, response.text
         answers.append(response.json())
@@ -104,7 +78,7 @@ async def test_crossing_the_threshold_schedules_one_extractive_condense(
     client: Client, settings: Settings
 ) -> None:
     """The append that crosses the threshold says compaction_scheduled; the job condenses."""
-    uuid = await new_task(client)
+    uuid = await new_task(client, context_length=4000, **TASK)
     answers = await fill(client, uuid, 12)
     scheduled = [a["compaction_scheduled"] for a in answers]
     assert scheduled.count(True) >= 1
@@ -128,8 +102,8 @@ async def test_each_wire_format_summarises(
 ) -> None:
     """A condense through each backend kind puts the LLM's summary in the context."""
     fake_llm.set("ok", text="Summary from the fake model: src/mod_3.py was edited.")
-    async with running_app(llm_settings(context_dir, fake_llm, kind)) as client:
-        uuid = await new_task(client, window=100_000)
+    async with running_app(impatient_llm_settings(context_dir, fake_llm, kind)) as client:
+        uuid = await new_task(client, context_length=100_000, **TASK)
         await fill(client, uuid, 12, size=100)
         outcome = (await client.post(f"/tasks/{uuid}/compress", json={})).json()
         assert outcome["kind"] == "condense", outcome
@@ -148,9 +122,9 @@ async def test_a_failing_summariser_fails_the_job_and_request_still_fits(
     """Errors and hangs: the job ends failed with its error (after its retries), and /request
     still serves a payload within budget, by truncation."""
     fake_llm.set(behaviour)
-    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=0.3)
+    settings = impatient_llm_settings(context_dir, fake_llm, llm_timeout_s=0.3)
     async with running_app(settings) as client:
-        uuid = await new_task(client)
+        uuid = await new_task(client, context_length=4000, **TASK)
         await fill(client, uuid, 12)
         job = await wait_for(finished_job(client, uuid))
         assert job["status"] == "failed", job
@@ -176,8 +150,10 @@ async def test_appends_do_not_wait_for_a_slow_summariser(
     """While a summariser takes seconds, appends keep being answered: all of them come back
     while the LLM request is still unanswered."""
     fake_llm.set("ok", delay=3.0)
-    async with running_app(llm_settings(context_dir, fake_llm, llm_timeout_s=10)) as client:
-        uuid = await new_task(client)
+    async with running_app(
+        impatient_llm_settings(context_dir, fake_llm, llm_timeout_s=10)
+    ) as client:
+        uuid = await new_task(client, context_length=4000, **TASK)
         await fill(client, uuid, 12)
         await wait_for(lambda: _returns(bool(fake_llm.requests)))
         await fill(client, uuid, 10, size=50)  # answered while the summary is pending
@@ -207,9 +183,9 @@ async def test_a_job_running_when_the_process_stopped_resumes_after_restart(
     """The process stops mid-job (its LLM call hangs); after a restart the lease runs out,
     the job is queued again and completes."""
     fake_llm.set("hang")
-    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=30, job_lease_s=0.5)
+    settings = impatient_llm_settings(context_dir, fake_llm, llm_timeout_s=30, job_lease_s=0.5)
     async with running_app(settings) as client:
-        uuid = await new_task(client)
+        uuid = await new_task(client, context_length=4000, **TASK)
         await fill(client, uuid, 12)
         await wait_for(lambda: _returns(bool(fake_llm.requests)))
         assert [j["status"] for j in await jobs_of(client, uuid)()] == ["running"]
@@ -229,7 +205,7 @@ async def test_a_task_picks_its_summariser_by_name_only(
 ) -> None:
     """With an LLM configured, a task that chose "extractive" is condensed without it; an
     unknown name (or anything like a URL) is refused at creation."""
-    async with running_app(llm_settings(context_dir, fake_llm)) as client:
+    async with running_app(impatient_llm_settings(context_dir, fake_llm)) as client:
         for name in ("nope", "http://127.0.0.1:9/v1"):
             body = task_body(model="m", summary_backend=name)
             refused = await client.post("/tasks", json=body)
@@ -255,9 +231,11 @@ async def test_a_span_larger_than_the_summariser_window_is_summarised_in_chunks(
     """The summariser's own window is small: the span goes in several calls, each within it,
     and one more call combines their summaries."""
     fake_llm.set("ok", text="Part summary.")
-    settings = llm_settings(context_dir, fake_llm, llm_window=1500, summary_max_tokens=200)
+    settings = impatient_llm_settings(
+        context_dir, fake_llm, llm_window=1500, summary_max_tokens=200
+    )
     async with running_app(settings) as client:
-        uuid = await new_task(client, window=100_000)
+        uuid = await new_task(client, context_length=100_000, **TASK)
         await fill(client, uuid, 14)
         response = await client.post(f"/tasks/{uuid}/compress", json={})
         assert response.json()["kind"] == "condense", response.text
@@ -275,9 +253,11 @@ async def test_a_prompt_with_messages_gets_them_inline(
     fake_llm: FakeLLM,
 ) -> None:
     """Seed 001 §7.3: a prompt containing {messages} receives them as [ROLE]: content lines."""
-    settings = llm_settings(context_dir, fake_llm, condense_prompt="Sum up:\n{messages}\nDone.")
+    settings = impatient_llm_settings(
+        context_dir, fake_llm, condense_prompt="Sum up:\n{messages}\nDone."
+    )
     async with running_app(settings) as client:
-        uuid = await new_task(client, window=100_000)
+        uuid = await new_task(client, context_length=100_000, **TASK)
         await fill(client, uuid, 12)
         response = await client.post(f"/tasks/{uuid}/compress", json={})
         assert response.json()["kind"] == "condense", response.text
@@ -299,8 +279,10 @@ async def test_a_task_paused_while_its_payload_is_compacted_gets_413_not_409(
     task's over budget is (413), not with the compaction's own refusal (409), and the
     summary that came too late is not committed."""
     fake_llm.set("ok", delay=1.0)
-    async with running_app(llm_settings(context_dir, fake_llm, llm_timeout_s=10)) as client:
-        uuid = await new_task(client)
+    async with running_app(
+        impatient_llm_settings(context_dir, fake_llm, llm_timeout_s=10)
+    ) as client:
+        uuid = await new_task(client, context_length=4000, **TASK)
         turns = [
             {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "w" * 1200}
             for n in range(12)
@@ -330,9 +312,11 @@ async def test_request_after_a_background_condense_brought_it_under_budget_does_
     the fresh summary behind a truncation marker.
     """
     fake_llm.set("ok", text="Background summary of src/mod_3.py.", delay=0.5)
-    settings = llm_settings(context_dir, fake_llm, llm_timeout_s=10, request_condense_timeout_s=10)
+    settings = impatient_llm_settings(
+        context_dir, fake_llm, llm_timeout_s=10, request_condense_timeout_s=10
+    )
     async with running_app(settings) as client:
-        uuid = await new_task(client)
+        uuid = await new_task(client, context_length=4000, **TASK)
         turns = [
             {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "w" * 1200}
             for n in range(12)
@@ -364,9 +348,9 @@ async def test_a_blank_condense_prompt_means_the_default_one(
     fake_llm: FakeLLM,
 ) -> None:
     """CONDENSE_PROMPT of blanks is no prompt: the summariser gets the default one."""
-    settings = llm_settings(context_dir, fake_llm, condense_prompt=" \n\t ")
+    settings = impatient_llm_settings(context_dir, fake_llm, condense_prompt=" \n\t ")
     async with running_app(settings) as client:
-        uuid = await new_task(client, window=100_000)
+        uuid = await new_task(client, context_length=100_000, **TASK)
         await fill(client, uuid, 12)
         response = await client.post(f"/tasks/{uuid}/compress", json={})
         assert response.json()["kind"] == "condense", response.text
@@ -384,9 +368,9 @@ async def test_the_summariser_sees_the_task_statement_marked_as_kept(
     for reference, said to be kept, before the span, and the span is summarised as before.
 
     Regression: it got only the span, so a summary could not say what the work was for."""
-    settings = llm_settings(context_dir, fake_llm, condense_prompt=prompt)
+    settings = impatient_llm_settings(context_dir, fake_llm, condense_prompt=prompt)
     async with running_app(settings) as client:
-        uuid = await new_task(client, window=100_000)
+        uuid = await new_task(client, context_length=100_000, **TASK)
         await fill(client, uuid, 12, size=100)  # turn 0, the first user message, is kept
         response = await client.post(f"/tasks/{uuid}/compress", json={})
         assert response.json()["kind"] == "condense", response.text

@@ -34,7 +34,8 @@ from app.compaction.extractive import (
 from app.compaction.truncation import HiddenFacts, truncation_text
 from app.context.effective import MARKER_TYPE
 from app.tokens.counters import counter_for
-from tests.conftest import CORPUS
+from tests.support.corpus import CORPUS_FILES, corpus_messages
+from tests.support.paths import CORPUS
 
 Record = dict[str, Any]
 CUT_MARK = "chars cut"
@@ -46,8 +47,7 @@ RECALL_FILES = 10
 
 @cache
 def corpus_file(name: str) -> tuple[Record, ...]:
-    with (CORPUS / name).open(encoding="utf-8") as lines:
-        return tuple(json.loads(line) for line in lines)
+    return tuple(corpus_messages(name))
 
 
 def longest_files(count: int) -> list[str]:
@@ -421,7 +421,7 @@ def test_deterministic_and_single_pass() -> None:
 # --- the corpus ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(path.name for path in CORPUS.glob("*.jsonl")))
+@pytest.mark.parametrize("name", CORPUS_FILES)
 def test_honest_on_the_corpus(name: str) -> None:
     """Every listed path, error line (each line of a group), user request and last assistant
     text occurs in the input (whitespace collapsed), and the digest fits the default budget."""

@@ -9,16 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import snapshot_dir
-from tests.support.tasks import assert_error, create_task, task_dir
-
-
-async def _task_with_messages(client: httpx.AsyncClient, count: int) -> str:
-    task_uuid: str = (await create_task(client, system_prompt="You are a coding agent."))["uuid"]
-    for i in range(count):
-        body = {"role": "user", "content": f"message number {i}"}
-        assert (await client.post(f"/tasks/{task_uuid}/messages", json=body)).status_code == 201
-    return task_uuid
+from tests.support.errors import assert_error
+from tests.support.files import snapshot_dir, task_dir
+from tests.support.tasks import task_with_messages
 
 
 def _damage_line(path: Path, index: int) -> None:
@@ -31,8 +24,8 @@ def _damage_line(path: Path, index: int) -> None:
 async def test_a_damaged_history_line_is_reported_not_hidden(
     client: httpx.AsyncClient, context_dir: Path
 ) -> None:
-    damaged = await _task_with_messages(client, 5)
-    healthy = await _task_with_messages(client, 2)
+    damaged = await task_with_messages(client, 5, "message number")
+    healthy = await task_with_messages(client, 2, "message number")
     directory = task_dir(context_dir, damaged)
     _damage_line(directory / "messages.jsonl", 3)  # seq 4, in the committed middle
 
@@ -70,7 +63,7 @@ async def test_a_damaged_current_line_is_rebuilt_not_served(
 ) -> None:
     """current.jsonl is derived from messages.jsonl: a damaged line in it is repaired before
     anything is served, in every format and in /context, and the file is as it was."""
-    task_uuid = await _task_with_messages(client, 5)
+    task_uuid = await task_with_messages(client, 5, "message number")
     current = task_dir(context_dir, task_uuid) / "current.jsonl"
     intact = current.read_bytes()
     contents = ["You are a coding agent.", *(f"message number {i}" for i in range(5))]
@@ -93,7 +86,7 @@ async def test_a_damaged_current_line_is_rebuilt_not_served(
 async def test_damage_in_both_files_is_a_clear_error_before_any_byte(
     client: httpx.AsyncClient, context_dir: Path
 ) -> None:
-    task_uuid = await _task_with_messages(client, 5)
+    task_uuid = await task_with_messages(client, 5, "message number")
     directory = task_dir(context_dir, task_uuid)
     _damage_line(directory / "messages.jsonl", 3)
     _damage_line(directory / "current.jsonl", 3)

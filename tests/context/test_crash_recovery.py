@@ -19,7 +19,10 @@ import pytest
 
 from app.context.files import ContextFiles, CurrentRender
 from app.context.records import openai_message
-from tests.conftest import CORPUS, REPO, task_body
+from tests.support.corpus import corpus_messages
+from tests.support.errors import assert_error
+from tests.support.files import task_dir
+from tests.support.paths import REPO
 from tests.support.records import (
     append_raw,
     build_batch,
@@ -28,9 +31,8 @@ from tests.support.records import (
     lines_of,
     post_json,
     records_of,
-    task_dir,
 )
-from tests.support.tasks import assert_error
+from tests.support.tasks import task_body
 
 CALL = {"id": "call_a", "type": "function", "function": {"name": "ls", "arguments": '{"p": 1}'}}
 # Committed by the fixture below: seq 1 system, 2 user, 3 assistant call (usage 10+5), 4 tool.
@@ -523,10 +525,6 @@ CORPUS_FILES = [
 ]
 
 
-def _corpus(name: str) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in (CORPUS / name).read_bytes().splitlines()]
-
-
 def _as_openai(message: dict[str, Any]) -> dict[str, Any]:
     expected = {"role": message["role"], "content": message.get("content")}
     if message.get("tool_calls"):
@@ -543,7 +541,7 @@ async def test_rebuilt_current_equals_live_on_corpus_replay(
     """Replay a corpus trajectory in random batches; the current.jsonl rebuilt from
     messages.jsonl alone is byte-identical to the live one, both as computed offline and as
     the service rebuilds it after the live file is deleted."""
-    messages = _corpus(name)
+    messages = corpus_messages(name)
     created = await post_json(client, "/tasks", task_body(context_length=1_000_000))
     uuid = created["uuid"]
     rng = random.Random(name)

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import snapshot_dir
-from tests.support.tasks import assert_error, task_dir
+from tests.support.errors import assert_error
+from tests.support.files import snapshot_dir, task_dir
 
 TOOL = {
     "type": "function",

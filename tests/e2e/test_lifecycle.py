@@ -6,19 +6,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import task_body
-from tests.support import server
-from tests.support.server import (
-    ServerPool,
-    all_messages,
-    assert_seqs_contiguous,
-    assert_valid_openai_request,
-    jsonl_records,
-    task_dirs,
-)
+from tests.support.schemas import validate_openai_request
+from tests.support.server import ServerPool, assert_seqs_contiguous, jsonl_records, task_dirs
+from tests.support.tasks import all_messages, task_body
 
 pytestmark = pytest.mark.e2e
-servers = server.servers  # the fixture: real uvicorn processes, ended at teardown
 
 SYSTEM_PROMPT = "You are a coding agent. Fix the issue, run the tests, then report."
 
@@ -193,7 +185,7 @@ async def test_conversation_payload_and_completion(servers: ServerPool) -> None:
         response = await http.get(f"/tasks/{uuid}/request", params={"format": "openai"})
         assert response.status_code == 200, response.text
         payload = response.json()
-        assert_valid_openai_request(payload)
+        validate_openai_request(payload)
         assert payload["model"] == "gpt-4o"
         assert payload["tools"] == TOOLS
         assert payload["temperature"] == 0.2

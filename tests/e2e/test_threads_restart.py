@@ -13,9 +13,8 @@ import httpx
 import pytest
 
 from tests.fakes.llm_server import running_fake_llm
-from tests.support import server
 from tests.support.server import ServerPool, assert_seqs_contiguous
-from tests.threads.test_end import (
+from tests.support.threads import (
     CHRONICLE,
     FORMATS,
     LABEL,
@@ -29,7 +28,6 @@ from tests.threads.test_end import (
 )
 
 pytestmark = pytest.mark.e2e
-servers = server.servers
 
 LEASE_S = 3.0  # long enough that a busy machine still renews it in time
 WAIT_S = 30.0

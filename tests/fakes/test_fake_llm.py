@@ -6,7 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM, running_fake_llm
+
+fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 
 BOUND_S = 5.0
 

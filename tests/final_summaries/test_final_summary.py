@@ -13,16 +13,12 @@ from app.final_summaries.prompt import FINAL_SUMMARY_PROMPT
 from app.tokens.counters import HeuristicCounter
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.support.tasks import assert_error, create_task
-from tests.support.waits import (
-    fast_settings,
-    final_summary,
-    llm_settings,
-    run_and_finish,
-    running_app,
-    turns,
-    until,
-)
+from tests.support.app import running_app
+from tests.support.conversations import turns
+from tests.support.errors import assert_error
+from tests.support.settings import fast_settings, llm_settings
+from tests.support.tasks import create_task, run_and_finish
+from tests.support.waits import final_summary, until
 
 fake_llm = llm_server.fake_llm
 

@@ -21,7 +21,6 @@ from typing import Any
 import httpx
 
 from app.config import Settings
-from tests.conftest import running_app
 from tests.fuzz.invariants import (
     Broken,
     Ledger,
@@ -37,7 +36,8 @@ from tests.fuzz.invariants import (
     require,
 )
 from tests.fuzz.model import Conversation
-from tests.support.tasks import task_dir
+from tests.support.app import running_app
+from tests.support.files import task_dir
 
 DATABASE = "tasks.db"  # SQLite's file in the context directory
 KiB = 1024

@@ -29,8 +29,8 @@ from app.context.records import RESERVED_FIELDS, HeadState, openai_message
 from app.formats import FORMATS
 from app.storage.layout import CURRENT, MESSAGES, SUMMARIES
 from app.tokens.counting import TokenCounting
-from tests.context.test_effective import reference_context
 from tests.support.formats import validate_payload
+from tests.support.reference import reference_context
 
 
 class Broken(AssertionError):

@@ -7,18 +7,13 @@ from typing import Any
 import httpx
 
 from app.tokens.counters import HeuristicCounter
-from tests.conftest import task_body
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.support.tasks import create_task, key
-from tests.support.waits import (
-    fast_settings,
-    final_summary,
-    llm_settings,
-    run_and_finish,
-    running_app,
-    turns,
-)
+from tests.support.app import running_app
+from tests.support.conversations import turns
+from tests.support.settings import fast_settings, llm_settings
+from tests.support.tasks import create_task, key, run_and_finish, task_body
+from tests.support.waits import final_summary
 
 fake_llm = llm_server.fake_llm
 PLANS = ("1. Read parser.py\n2. Add a guard", "1. Guard added\n2. Run the tests")

@@ -13,16 +13,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, snapshot_dir
-from tests.support.cleanup import (
-    assert_gone,
-    assert_present,
-    backdate,
-    cleanup_settings,
-    make_task,
-    running_app,
-    settle,
-)
+from tests.support.app import running_app
+from tests.support.cleanup import assert_gone, assert_present, backdate, cleanup_settings, make_task
+from tests.support.files import snapshot_dir
+from tests.support.paths import REPO
+from tests.support.waits import settle
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,6 @@ including the corpus's odd corners (assistant content "" with tool_calls, empty 
 system messages, consecutive same-role messages, an unanswered final tool call, duplicate ids).
 """
 
-import json
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,10 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.conftest import CORPUS, task_body
+from tests.support.corpus import CORPUS_FILES, corpus_messages
 from tests.support.schemas import validate_openai_request
+from tests.support.tasks import task_body
 
-CORPUS_FILES = sorted(path.name for path in CORPUS.glob("*.jsonl"))
 WINDOW = 2_000_000
 MAX_OUTPUT = 8192
 BUDGET = int(WINDOW * 0.9) - MAX_OUTPUT  # CONTEXT_BUFFER 0.1
@@ -40,12 +39,6 @@ def settings(request: pytest.FixtureRequest, context_dir: Path) -> Settings:
     """
     fsync = getattr(request, "param", "always")
     return Settings(context_dir=context_dir, fsync=fsync)
-
-
-def load(name: str) -> list[dict[str, Any]]:
-    """The messages of one corpus file, as posted."""
-    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 def tool_call_names(messages: list[dict[str, Any]]) -> dict[str, set[str]]:
@@ -147,12 +140,12 @@ async def check_replayed(
 def test_corpus_is_complete() -> None:
     """The parametrization below covers the whole corpus (37 files, 2816 messages)."""
     assert len(CORPUS_FILES) == 37
-    assert sum(len(load(name)) for name in CORPUS_FILES) == 2816
+    assert sum(len(corpus_messages(name)) for name in CORPUS_FILES) == 2816
 
 
 def test_corpus_has_the_corner_cases() -> None:
     """The replays below really pass the corpus's odd corners through (they are all present)."""
-    files = {name: load(name) for name in CORPUS_FILES}
+    files = {name: corpus_messages(name) for name in CORPUS_FILES}
     every = [m for messages in files.values() for m in messages]
     assert any(sum(m["role"] == "system" for m in ms) == 2 for ms in files.values())
     assert any(
@@ -172,7 +165,7 @@ def test_corpus_has_the_corner_cases() -> None:
 @pytest.mark.parametrize("name", CORPUS_FILES)
 async def test_replay_in_batches(client: httpx.AsyncClient, name: str) -> None:
     """A file posted in batches of up to 50 messages comes back unchanged."""
-    messages = load(name)
+    messages = corpus_messages(name)
     uuid = await create_task(client)
     batch_starts = set()
     for start in range(0, len(messages), BATCH):
@@ -187,7 +180,7 @@ async def test_replay_in_batches(client: httpx.AsyncClient, name: str) -> None:
 @pytest.mark.parametrize("name", CORPUS_FILES)
 async def test_replay_one_by_one(client: httpx.AsyncClient, name: str) -> None:
     """A file posted one message per POST comes back unchanged."""
-    messages = load(name)
+    messages = corpus_messages(name)
     uuid = await create_task(client)
     for index, message in enumerate(messages):
         await post(client, uuid, message, index + 1)

@@ -1,4 +1,5 @@
-"""Appending messages, reading history, the context overview and the assembled request."""
+"""Appending messages and reading a task's history: token accounting, paging, records,
+idempotency, statistics. (GET /context and GET /request: tests/payloads.)"""
 
 from datetime import datetime
 from pathlib import Path
@@ -8,8 +9,11 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.conftest import snapshot_dir
-from tests.support.tasks import assert_error, create_task, read_jsonl, task_dir
+from tests.support.conversations import READ_FILE_TOOL, function_call
+from tests.support.errors import assert_error
+from tests.support.files import read_jsonl, snapshot_dir, task_dir
+from tests.support.payloads import PAYLOAD_OVERHEAD, context_view
+from tests.support.tasks import create_task, post_messages, task_context
 
 
 @pytest.fixture
@@ -17,51 +21,6 @@ def settings(context_dir: Path) -> Settings:
     """The seed 000 heuristic (characters / 4): these tests work out token counts by hand.
     Exact counting has its own tests (tests/tokens, tests/payloads)."""
     return Settings(context_dir=context_dir, token_counter="heuristic")
-
-
-PAYLOAD_OVERHEAD = 3  # the reply primer counted once per payload
-
-READ_FILE_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "read_file",
-        "description": "Read a file of the repository.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-    },
-}
-
-
-def tool_call(call_id: str, name: str = "read_file", path: str = "a.py") -> dict[str, Any]:
-    """An OpenAI assistant tool call."""
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": name, "arguments": f'{{"path": "{path}"}}'},
-    }
-
-
-async def append(client: httpx.AsyncClient, task_uuid: str, body: dict[str, Any]) -> dict[str, Any]:
-    """POST /messages; asserts 201 and returns the answer."""
-    response = await client.post(f"/tasks/{task_uuid}/messages", json=body)
-    assert response.status_code == 201, response.text
-    result: dict[str, Any] = response.json()
-    return result
-
-
-async def overview(client: httpx.AsyncClient, task_uuid: str) -> dict[str, Any]:
-    """GET /context; asserts 200."""
-    response = await client.get(f"/tasks/{task_uuid}/context")
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
-
-
-async def task_context(client: httpx.AsyncClient, task_uuid: str) -> dict[str, Any]:
-    """The `context` block of GET /tasks/{uuid}."""
-    response = await client.get(f"/tasks/{task_uuid}")
-    assert response.status_code == 200, response.text
-    context: dict[str, Any] = response.json()["context"]
-    return context
 
 
 async def history(client: httpx.AsyncClient, task_uuid: str, **params: Any) -> dict[str, Any]:
@@ -82,7 +41,9 @@ async def test_single_append_agrees_with_task_context(
     GET /tasks/{uuid} reports context_tokens + tools tokens + payload overhead."""
     task_uuid = task["uuid"]
     before = await task_context(client, task_uuid)
-    result = await append(client, task_uuid, {"role": "user", "content": "Fix the bug in a.py"})
+    result = await post_messages(
+        client, task_uuid, {"role": "user", "content": "Fix the bug in a.py"}
+    )
     assert result["seqs"] == [2]
     assert len(result["tokens"]) == 1
     assert result["tokens"][0] > 0
@@ -103,7 +64,7 @@ async def test_batch_append_agrees_with_task_context_with_tools(
         client, system_prompt="You are a coding agent.", tools=[READ_FILE_TOOL]
     )
     task_uuid = task["uuid"]
-    tools_tokens = (await overview(client, task_uuid))["tools_tokens"]
+    tools_tokens = (await context_view(client, task_uuid, fmt=None))["tools_tokens"]
     assert tools_tokens > 0
     assert task["context"]["tokens"] > tools_tokens + PAYLOAD_OVERHEAD
 
@@ -114,7 +75,7 @@ async def test_batch_append_agrees_with_task_context_with_tools(
             {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {seq + i} " * 5}
             for i in range(size)
         ]
-        result = await append(client, task_uuid, {"messages": messages})
+        result = await post_messages(client, task_uuid, {"messages": messages})
         assert result["seqs"] == list(range(seq + 1, seq + 1 + size))
         assert len(result["tokens"]) == size
         assert all(t > 0 for t in result["tokens"])
@@ -177,7 +138,7 @@ async def test_history_pages_chain_by_next_after_seq(
     """after_seq/limit pages: chaining next_after_seq visits seqs 1..26 exactly once."""
     task_uuid = task["uuid"]
     messages = [{"role": "user", "content": f"note {i}"} for i in range(25)]
-    await append(client, task_uuid, {"messages": messages})
+    await post_messages(client, task_uuid, {"messages": messages})
     seqs: list[int] = []
     after = 0
     for _ in range(10):  # bounded: 3 pages are expected
@@ -222,8 +183,8 @@ async def test_records_carry_envelope_and_tool_fields(
     from the matching call, usage; unknown extras stay in messages.jsonl but not in /request."""
     task_uuid = task["uuid"]
     usage = {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320}
-    calls = [tool_call("call_a", "read_file"), tool_call("call_b", "list_dir", "src")]
-    await append(
+    calls = [function_call("call_a", "read_file"), function_call("call_b", "list_dir", "src")]
+    await post_messages(
         client,
         task_uuid,
         {
@@ -296,11 +257,13 @@ async def test_content_parts_and_names_pass_through(
         {"type": "text", "text": "What is in this screenshot?"},
         {"type": "image_url", "image_url": {"url": "https://example.com/s.png", "detail": "low"}},
     ]
-    await append(client, task_uuid, {"role": "user", "content": parts, "name": "alice"})
-    await append(
-        client, task_uuid, {"role": "assistant", "content": None, "tool_calls": [tool_call("c1")]}
+    await post_messages(client, task_uuid, {"role": "user", "content": parts, "name": "alice"})
+    await post_messages(
+        client,
+        task_uuid,
+        {"role": "assistant", "content": None, "tool_calls": [function_call("c1")]},
     )
-    await append(
+    await post_messages(
         client,
         task_uuid,
         {"role": "tool", "tool_call_id": "c1", "content": "ok", "name": "read_file"},
@@ -364,18 +327,18 @@ async def test_statistics_count_llm_calls_tokens_and_tool_calls(
     """llm_call_count counts assistant messages with usage; total_tokens sums prompt +
     completion; tool_call_count counts every tool call."""
     task_uuid = task["uuid"]
-    await append(client, task_uuid, {"role": "user", "content": "Fix the bug"})
-    await append(
+    await post_messages(client, task_uuid, {"role": "user", "content": "Fix the bug"})
+    await post_messages(
         client,
         task_uuid,
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [tool_call("c1"), tool_call("c2", path="b.py")],
+            "tool_calls": [function_call("c1"), function_call("c2", path="b.py")],
             "usage": {"prompt_tokens": 1000, "completion_tokens": 50},
         },
     )
-    await append(
+    await post_messages(
         client,
         task_uuid,
         {
@@ -385,18 +348,22 @@ async def test_statistics_count_llm_calls_tokens_and_tool_calls(
             ]
         },
     )
-    await append(
+    await post_messages(
         client,
         task_uuid,
         {
             "role": "assistant",
             "content": "Reading one more.",
-            "tool_calls": [tool_call("c3", "grep")],
+            "tool_calls": [function_call("c3", "grep")],
             "usage": {"prompt_tokens": 1200},
         },
     )
-    await append(client, task_uuid, {"role": "tool", "tool_call_id": "c3", "content": "none"})
-    await append(client, task_uuid, {"role": "assistant", "content": "No usage reported here."})
+    await post_messages(
+        client, task_uuid, {"role": "tool", "tool_call_id": "c3", "content": "none"}
+    )
+    await post_messages(
+        client, task_uuid, {"role": "assistant", "content": "No usage reported here."}
+    )
     stats = (await client.get(f"/tasks/{task_uuid}")).json()["statistics"]
     assert stats["total_messages"] == 8
     assert stats["llm_call_count"] == 2
@@ -416,15 +383,15 @@ async def test_japanese_text_counts_about_twice_as_many_tokens(
     japanese = ("日本語のテキストを書きます" * 10)[:100]
     english = ("plain english text " * 10)[:100]
     assert len(japanese) == len(english) == 100
-    ja_tokens = (await append(client, task["uuid"], {"role": "user", "content": japanese}))[
+    ja_tokens = (await post_messages(client, task["uuid"], {"role": "user", "content": japanese}))[
         "tokens"
     ][0]
-    en_tokens = (await append(client, task["uuid"], {"role": "user", "content": english}))[
+    en_tokens = (await post_messages(client, task["uuid"], {"role": "user", "content": english}))[
         "tokens"
     ][0]
     assert ja_tokens > en_tokens
     assert 1.5 * en_tokens <= ja_tokens <= 2.5 * en_tokens
-    context = await overview(client, task["uuid"])
+    context = await context_view(client, task["uuid"], fmt=None)
     assert context["token_counter"] == "heuristic"
     assert [m["tokens"] for m in context["messages"]] == [ja_tokens, en_tokens]
 
@@ -433,170 +400,6 @@ async def test_longer_content_costs_more_tokens(
     client: httpx.AsyncClient, task: dict[str, Any]
 ) -> None:
     """Token counts grow with the content."""
-    short = await append(client, task["uuid"], {"role": "user", "content": "word " * 10})
-    long = await append(client, task["uuid"], {"role": "user", "content": "word " * 100})
+    short = await post_messages(client, task["uuid"], {"role": "user", "content": "word " * 10})
+    long = await post_messages(client, task["uuid"], {"role": "user", "content": "word " * 100})
     assert long["tokens"][0] > short["tokens"][0] > 0
-
-
-# -- /context -----------------------------------------------------------------------------
-
-
-async def test_context_overview_fields_and_sums(client: httpx.AsyncClient) -> None:
-    """GET /context: all fields, per-message tokens as appended, and their sum equal to the
-    context tokens minus tools tokens minus the payload overhead."""
-    task = await create_task(
-        client, system_prompt="You are a coding agent.", tools=[READ_FILE_TOOL]
-    )
-    task_uuid = task["uuid"]
-    appended = await append(
-        client,
-        task_uuid,
-        {
-            "messages": [
-                {"role": "user", "content": "Fix the bug in a.py"},
-                {"role": "assistant", "content": None, "tool_calls": [tool_call("c1")]},
-                {"role": "tool", "tool_call_id": "c1", "content": "def main(): pass"},
-            ]
-        },
-    )
-    view = await overview(client, task_uuid)
-    for field in (
-        "tokens",
-        "budget",
-        "threshold",
-        "window",
-        "reserved_output",
-        "tools_tokens",
-        "token_counter",
-        "next_action",
-        "message_count",
-        "last_seq",
-        "messages",
-    ):
-        assert field in view, field
-    assert view["token_counter"] == "heuristic"
-    assert view["next_action"] == "none"
-    assert view["window"] == 128000
-    assert view["budget"] == 115200 - 4096
-    assert view["threshold"] == 89600
-    assert view["reserved_output"] == 4096
-    assert view["message_count"] == 4
-    assert view["last_seq"] == 4
-    entries = view["messages"]
-    assert [e["index"] for e in entries] == [0, 1, 2, 3]
-    assert [e["message"]["role"] for e in entries] == ["system", "user", "assistant", "tool"]
-    assert entries[2]["message"]["tool_calls"] == [tool_call("c1")]
-    assert all(e["tokens"] > 0 for e in entries)
-    assert [e["tokens"] for e in entries[1:]] == appended["tokens"]
-    per_message = sum(e["tokens"] for e in entries)
-    assert per_message == view["tokens"] - view["tools_tokens"] - PAYLOAD_OVERHEAD
-    assert per_message == appended["context_tokens"]
-    assert view["tokens"] == (await task_context(client, task_uuid))["tokens"]
-
-
-async def test_context_overview_of_an_empty_task(client: httpx.AsyncClient) -> None:
-    """A task without messages has an empty overview: only the payload overhead."""
-    task = await create_task(client)
-    view = await overview(client, task["uuid"])
-    assert view["messages"] == []
-    assert view["message_count"] == 0
-    assert view["tokens"] == PAYLOAD_OVERHEAD
-    assert view["next_action"] == "none"
-
-
-async def test_next_action_follows_threshold_and_budget(client: httpx.AsyncClient) -> None:
-    """next_action is "none" below the threshold, "condense" from it, "over_budget" beyond
-    the budget; /request then compacts first and serves a payload within the budget. (The task
-    has no tier that runs in the background, so the context climbs past its threshold.)"""
-    task = await create_task(
-        client,
-        context_length=2048,
-        max_output_tokens=100,
-        compaction={"tiers": ["truncate", "elide"]},
-    )
-    task_uuid = task["uuid"]
-    view = await overview(client, task_uuid)
-    assert view["threshold"] == 1433
-    assert view["budget"] == 1843 - 100
-    step = "x" * 400  # about 100 tokens: smaller than the 310-token condense band
-    seen: list[str] = []
-    for _ in range(40):  # bounded: about 18 steps are expected
-        await append(client, task_uuid, {"role": "user", "content": step})
-        view = await overview(client, task_uuid)
-        tokens = view["tokens"]
-        expected = (
-            "over_budget"
-            if tokens > view["budget"]
-            else "condense"
-            if tokens >= view["threshold"]
-            else "none"
-        )
-        assert view["next_action"] == expected, tokens
-        if not seen or seen[-1] != expected:
-            seen.append(expected)
-        if expected == "over_budget":
-            response = await client.get(f"/tasks/{task_uuid}/request")
-            assert response.status_code == 200, response.text
-            assert int(response.headers["X-Context-Tokens"]) <= view["budget"]
-            assert (await overview(client, task_uuid))["tokens"] <= view["budget"]
-            break
-    assert seen == ["none", "condense", "over_budget"]
-
-
-# -- /request -----------------------------------------------------------------------------
-
-
-async def test_request_payload_has_tools_defaults_and_headers(client: httpx.AsyncClient) -> None:
-    """/request: model, messages, tools, request_defaults, max_completion_tokens, and the
-    X-Context-* / X-Token-Counter headers matching the context overview."""
-    task = await create_task(
-        client,
-        system_prompt="You are a coding agent.",
-        tools=[READ_FILE_TOOL],
-        request_defaults={"temperature": 0.2, "top_p": 0.9},
-        max_output_tokens=2048,
-    )
-    task_uuid = task["uuid"]
-    await append(client, task_uuid, {"role": "user", "content": "Fix the bug"})
-    response = await client.get(f"/tasks/{task_uuid}/request", params={"format": "openai"})
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    payload = response.json()
-    assert payload == {
-        "model": "gpt-4o",
-        "messages": [
-            {"role": "system", "content": "You are a coding agent."},
-            {"role": "user", "content": "Fix the bug"},
-        ],
-        "tools": [READ_FILE_TOOL],
-        "temperature": 0.2,
-        "top_p": 0.9,
-        "max_completion_tokens": 2048,
-    }
-    view = await overview(client, task_uuid)
-    assert int(response.headers["X-Context-Tokens"]) == view["tokens"]
-    assert int(response.headers["X-Context-Budget"]) == view["budget"]
-    assert response.headers["X-Token-Counter"] == "heuristic"
-
-
-async def test_request_without_tools_has_no_tools_key(
-    client: httpx.AsyncClient, task: dict[str, Any]
-) -> None:
-    """A task without tools sends no "tools" key; max_completion_tokens is the reserve."""
-    payload = (await client.get(f"/tasks/{task['uuid']}/request")).json()
-    assert "tools" not in payload
-    assert payload["max_completion_tokens"] == 4096
-
-
-async def test_request_on_empty_task_is_409(client: httpx.AsyncClient) -> None:
-    """No message at all: 409 context_empty rather than a payload the LLM would reject."""
-    task = await create_task(client)
-    assert_error(await client.get(f"/tasks/{task['uuid']}/request"), 409, "context_empty")
-
-
-async def test_request_rejects_unknown_format(
-    client: httpx.AsyncClient, task: dict[str, Any]
-) -> None:
-    """An unsupported format is a validation error."""
-    response = await client.get(f"/tasks/{task['uuid']}/request", params={"format": "nope"})
-    assert_error(response, 422, "validation_error")

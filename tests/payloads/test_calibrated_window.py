@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import task_body
+from tests.support.tasks import task_body
 
 WINDOW = 8000
 MAX_OUTPUT = 1000

@@ -9,9 +9,10 @@ import orjson
 
 from app.formats import FORMATS
 from app.tokens.counters import HeuristicCounter
+from tests.support.app import running_app
 from tests.support.formats import validate_payload
+from tests.support.settings import fast_settings
 from tests.support.tasks import create_task
-from tests.support.waits import fast_settings, running_app
 
 TASK = "Fix the crash in parser.py when the input is empty."
 PLANS = ("PLAN-A: read parser.py, then add a guard", "PLAN-B: guard added; run the tests next")

@@ -13,12 +13,14 @@ from app.compaction.extractive import NEXT_STEPS, PLAN_TITLE
 from app.compaction.summarizer import DEFAULT_PROMPT, FINAL_REQUEST, PLAN_LABEL
 from app.formats import FORMATS
 from app.tokens.counters import HeuristicCounter
-from tests.conftest import snapshot_dir
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
+from tests.support.app import running_app
+from tests.support.errors import assert_error
+from tests.support.files import read_jsonl, snapshot_dir, task_dir
 from tests.support.formats import validate_payload
-from tests.support.tasks import assert_error, create_task, read_jsonl, task_dir
-from tests.support.waits import fast_settings, llm_settings, running_app
+from tests.support.settings import fast_settings, llm_settings
+from tests.support.tasks import create_task, post_plan
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 
@@ -33,12 +35,6 @@ CHECKLIST = (
     "Plan:\n[x] 1. write tests\n[>] 2. fix parser (active)\n[ ] 3. docs\n"
     "[-] 4. old idea (cancelled)"
 )
-
-
-async def post_plan(client: httpx.AsyncClient, uuid: str, body: dict[str, Any]) -> Any:
-    response = await client.post(f"/tasks/{uuid}/planning", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 async def planning(client: httpx.AsyncClient, uuid: str) -> dict[str, Any]:

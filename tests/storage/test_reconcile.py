@@ -18,9 +18,11 @@ import pytest
 
 from app.config import Settings
 from app.storage.layout import LOCATIONS
-from tests.conftest import running_app, snapshot_dir, task_body
+from tests.support.app import running_app
 from tests.support.database import run_sql
+from tests.support.files import snapshot_dir
 from tests.support.records import get_json, post_json
+from tests.support.tasks import task_body
 
 
 @asynccontextmanager

@@ -1,6 +1,5 @@
-"""Shared by the cleanup tests: tasks made old, waiting for background jobs, what "gone" means."""
+"""The cleanup tests' helpers: tasks made old, and what "gone" and "present" mean."""
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -11,9 +10,10 @@ from sqlalchemy import update
 from app.config import Settings
 from app.db.engine import open_database
 from app.db.models import Task
-from tests.conftest import running_app as running_app
 from tests.support.database import run_sql
-from tests.support.tasks import assert_error, create_task, locations, paths_naming
+from tests.support.errors import assert_error
+from tests.support.files import locations, paths_naming
+from tests.support.tasks import create_task
 
 DIR_OF = {"running": "running", "paused": "paused", "completed": "completed", "failed": "completed"}
 # Tables whose rows belong to a task (removed with it, by the foreign keys' cascade).
@@ -71,21 +71,6 @@ async def backdate(settings: Settings, uuids: list[str], *, days: float) -> date
     finally:
         await db.dispose()
     return when
-
-
-async def settle(client: httpx.AsyncClient, timeout_s: float = 30.0) -> None:
-    """Wait until no background job (final summaries...) is queued or running."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        busy = []
-        for status in ("queued", "running"):
-            response = await client.get("/jobs", params={"status": status})
-            assert response.status_code == 200, response.text
-            busy += response.json()["jobs"]
-        if not busy:
-            return
-        assert asyncio.get_running_loop().time() < deadline, f"jobs still pending: {busy}"
-        await asyncio.sleep(0.05)
 
 
 def task_rows(context_dir: Path, task_uuid: str) -> dict[str, int]:

@@ -33,8 +33,9 @@ from app.formats.anthropic import (
     unanswered_result_tokens,
 )
 from app.formats.parts import compact_json, parse_arguments, plain_text
-from app.tokens.counters import TextCounter
-from tests.conftest import SCHEMAS
+from app.tokens.accounting import PER_PAYLOAD
+from app.tokens.counters import HeuristicCounter, TextCounter
+from tests.support.paths import SCHEMAS
 from tests.support.schemas import (
     assert_tool_pairing,
     raise_problems,
@@ -146,6 +147,17 @@ def calls_left_open(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         answered_next = following is not None and following["role"] == "tool"
         waiting = list(message.get("tool_calls") or ()) if answered_next else []
     return left + waiting
+
+
+def stored_sum(name: str, messages: list[dict[str, Any]]) -> int:
+    """What the store counts, with the seed 000 heuristic, for a payload of ``messages`` in
+    format ``name``: the payload's own cost, METADATA's tools and every message."""
+    payload_format, counter = FORMATS[name], HeuristicCounter()
+    return (
+        PER_PAYLOAD
+        + payload_format.tools_tokens(counter, METADATA["tools"])
+        + sum(payload_format.message_tokens(counter, m) for m in messages)
+    )
 
 
 def anthropic_adjustment(counter: TextCounter, messages: list[dict[str, Any]]) -> int:

@@ -1,4 +1,5 @@
-"""Storage test helpers: task paths, records built the way a crashed writer left them."""
+"""Records built by hand the way a (crashed) writer left them, read back, and JSON requests
+asserted on their status."""
 
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,6 @@ from app.tokens.accounting import message_tokens
 from app.tokens.counters import HeuristicCounter
 
 TIMESTAMP = "2030-01-01T00:00:00.000000+00:00"
-
-
-def task_dir(context_dir: Path, task_uuid: str, location: str = "running") -> Path:
-    return context_dir / location / task_uuid
 
 
 def records_of(path: Path) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
-from tests.conftest import SCHEMAS
+from tests.support.paths import SCHEMAS
 
 OPENAI_REQUEST_SCHEMA = SCHEMAS / "openai_chat_completion_request.schema.json"
 

@@ -1,16 +1,13 @@
-"""Support for end-to-end tests: real uvicorn processes on 127.0.0.1, and checks shared by them.
+"""Real uvicorn processes on 127.0.0.1 for the end-to-end tests, and checks shared by them.
 
-A :class:`ServerPool` (the ``servers`` fixture) starts servers that share one CONTEXT_DIR. Each
-:class:`Server` runs ``python -m uvicorn app.main:app`` from the repository root in its own
-process group, is ready when ``GET /readyz`` answers 200 (within a bounded wait), and can be
-stopped gracefully, killed with SIGKILL, or restarted on the same CONTEXT_DIR. With ``cli`` it
-runs ``context-service serve`` instead, as in production: the connection limits of the settings
-applied, and uvicorn's access log on. The fixture's
-teardown stops every process it started, also when the test failed, and prints the tail of
-each server's log (pytest shows it for failed tests).
-
-A test module uses the fixture with ``servers = server.servers`` (an assignment rather than
-an import, so that the test parameter named ``servers`` does not shadow an unused import).
+A :class:`ServerPool` (the ``servers`` fixture of tests/e2e/conftest.py) starts servers that
+share one CONTEXT_DIR. Each :class:`Server` runs ``python -m uvicorn app.main:app`` from the
+repository root in its own process group, is ready when ``GET /readyz`` answers 200 (within a
+bounded wait), and can be stopped gracefully, killed with SIGKILL, or restarted on the same
+CONTEXT_DIR. With ``cli`` it runs ``context-service serve`` instead, as in production: the
+connection limits of the settings applied, and uvicorn's access log on. The fixture's teardown
+stops every process it started, also when the test failed, and prints the tail of each server's
+log (pytest shows it for failed tests).
 """
 
 import contextlib
@@ -22,18 +19,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
-import pytest
-from jsonschema import Draft202012Validator
-from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
-from pydantic import TypeAdapter, ValidationError
 
-from tests.conftest import REPO, SCHEMAS
+from tests.support.paths import REPO
 
 READY_TIMEOUT_S = 45.0
 STOP_TIMEOUT_S = 15.0
@@ -284,64 +276,7 @@ class ServerPool:
             raise errors[0]
 
 
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[ServerPool]:
-    """A pool of real servers on one temp CONTEXT_DIR, all ended at teardown (pass or fail)."""
-    pool = ServerPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
 # -- checks shared by the e2e tests -----------------------------------------------------------
-
-_OPENAI_SCHEMA = json.loads((SCHEMAS / "openai_chat_completion_request.schema.json").read_text())
-_OPENAI_VALIDATOR = Draft202012Validator(_OPENAI_SCHEMA)
-_OPENAI_SDK = TypeAdapter(CompletionCreateParamsNonStreaming)
-
-
-def _force(value: Any) -> Any:
-    """Walk a TypeAdapter result, consuming every lazy iterator so that its items validate."""
-    if isinstance(value, dict):
-        return {k: _force(v) for k, v in value.items()}
-    if isinstance(value, str | bytes):
-        return value
-    if isinstance(value, list | tuple | Iterator):
-        return [_force(v) for v in value]
-    return value
-
-
-def assert_valid_openai_request(payload: dict[str, Any]) -> None:
-    """The payload passes the official OpenAPI-derived schema and the openai SDK's types."""
-    errors = [
-        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-        for e in _OPENAI_VALIDATOR.iter_errors(payload)
-    ]
-    assert errors == [], f"schema errors: {errors[:5]}"
-    try:
-        forced = _force(_OPENAI_SDK.validate_python(payload))
-    except ValidationError as exc:
-        pytest.fail(f"openai SDK rejects the payload: {exc}")
-    assert len(forced["messages"]) == len(payload["messages"])
-
-
-async def all_messages(
-    http: httpx.AsyncClient, uuid: str, limit: int = 100
-) -> list[dict[str, Any]]:
-    """The whole history through GET /messages, page by page."""
-    records: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        response = await http.get(
-            f"/tasks/{uuid}/messages", params={"after_seq": after, "limit": limit}
-        )
-        assert response.status_code == 200, response.text
-        page = response.json()
-        records += page["messages"]
-        if page["next_after_seq"] is None:
-            return records
-        after = page["next_after_seq"]
 
 
 def jsonl_records(path: Path) -> list[dict[str, Any]]:
@@ -367,3 +302,22 @@ def _first_break(seqs: list[int]) -> str:
 def task_dirs(context_dir: Path, uuid: str) -> list[str]:
     """The status directories (running, paused, completed, ...) holding this task."""
     return sorted(p.parent.name for p in context_dir.glob(f"*/{uuid}") if p.is_dir())
+
+
+# -- the bytes on the wire ------------------------------------------------------------------
+
+
+def read_until_closed(sock: socket.socket, timeout: float = 10.0) -> bytes:
+    """Everything the server sends until it closes the connection (fails if it does not)."""
+    sock.settimeout(timeout)
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+def status_and_headers(response: bytes) -> tuple[int, dict[str, str]]:
+    """The status and the headers (names lower-cased) of a raw HTTP/1.1 response."""
+    head = response.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in head[1:])
+    return int(head[0].split()[1]), {name.lower(): value for name, value in headers.items()}

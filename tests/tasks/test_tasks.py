@@ -11,16 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import task_body
-from tests.support.tasks import (
-    assert_error,
-    create_task,
-    key,
-    locations,
-    paths_naming,
-    read_jsonl,
-    task_dir,
-)
+from tests.support.errors import assert_error
+from tests.support.files import locations, paths_naming, read_jsonl, task_dir
+from tests.support.tasks import create_task, key, task_body
+from tests.support.timestamps import parse_utc
 
 STATUSES = ("running", "paused", "completed", "failed")
 ACTIONS = ("stop", "resume", "complete", "fail")
@@ -47,15 +41,6 @@ async def bring_to(client: httpx.AsyncClient, task_uuid: str, status: str) -> No
         response = await act(client, task_uuid, action)
         assert response.status_code == 200, response.text
     assert (await client.get(f"/tasks/{task_uuid}")).json()["status"] == status
-
-
-def parse_utc(value: str) -> datetime:
-    """An ISO 8601 timestamp from the API, which must carry the UTC zone."""
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    offset = parsed.utcoffset()
-    assert offset is not None, value
-    assert offset.total_seconds() == 0, value
-    return parsed
 
 
 # -- create -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from app.config import Settings
 from app.formats import FORMATS
 from app.main import create_app
 from app.tokens.counters import counter_for
-from tests.conftest import task_body
+from tests.support.tasks import task_body
 
 TEXT = "Special tokens are text here: <|endoftext|> and <|endofprompt|>. Fix src/app.py!"
 

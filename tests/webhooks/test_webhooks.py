@@ -5,23 +5,22 @@ import hashlib
 import hmac
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import snapshot_dir, task_body
-from tests.fakes.webhook_receiver import Receiver, running_receiver
+from tests.fakes import webhook_receiver
+from tests.fakes.webhook_receiver import Receiver
+from tests.support.app import running_app
+from tests.support.errors import assert_error
+from tests.support.files import snapshot_dir
 from tests.support.server import free_port
-from tests.support.tasks import assert_error, create_task
-from tests.support.waits import fast_settings, running_app, settled_jobs, until
+from tests.support.settings import fast_settings
+from tests.support.tasks import create_task, task_body
+from tests.support.waits import settled_jobs, until
 
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with running_receiver() as running:
-        yield running
+receiver = webhook_receiver.receiver  # the fixture: a real HTTP server on 127.0.0.1
 
 
 def hooks(receiver_url: str, **extra: Any) -> dict[str, Any]:
