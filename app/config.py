@@ -159,7 +159,7 @@ class Settings(BaseSettings):
         description="Per model: its threshold share; -1 inherits; out of range falls back.",
     )
     token_threshold: int | None = Field(
-        None, ge=1, description="An absolute threshold in tokens instead of the share (seed 000)."
+        None, ge=1, description="An absolute threshold in tokens instead of the share."
     )
     compaction_tiers: Annotated[tuple[CompactionTier, ...], NoDecode] = Field(
         ("mask", "condense", "truncate", "elide"),
@@ -190,7 +190,8 @@ class Settings(BaseSettings):
     min_to_compress: int = Field(5, ge=1, description="Fewer messages than this: no condense.")
     condense_prompt: str = Field(
         "",
-        description="Summary prompt; empty or blanks: seed 002's. With {messages}: seed 001's.",
+        description="Summary prompt; empty or blanks: Roo Code's six-section prompt. With "
+        "{messages}: the messages go there, one '[ROLE]: content' each.",
     )
     condense_backend: str = Field(
         "", description="Named LLM backend for condensing; empty: the default backend."
@@ -232,14 +233,12 @@ class Settings(BaseSettings):
         "text", description="json: one JSON object a line, with the task uuid as a field."
     )
 
-    # Lifecycle (SPEC §9): final summaries, inheritance, hooks, cleanup.
+    # Lifecycle: final summaries, inheritance, hooks, cleanup.
     final_summary_backend: str = Field(
         "", description="Named LLM backend for final summaries; empty: the default backend."
     )
     final_summary_max_tokens: int = Field(3000, ge=64, description="Longest final summary.")
-    inheritance_enabled: bool = Field(
-        True, description="Default of POST /tasks `inherit` (seed 000 inheritance.enabled)."
-    )
+    inheritance_enabled: bool = Field(True, description="Default of POST /tasks `inherit`.")
     max_summary_tokens: int = Field(
         4000, ge=100, description="Largest inherited context message (summary + planning)."
     )
@@ -275,9 +274,9 @@ class Settings(BaseSettings):
         60.0, gt=0, description="How often SQLite's write-ahead log is checkpointed and truncated."
     )
 
-    # Threads (SPEC §8, seed 003 "Stelis").
+    # Threads, which the original design called "Stelis" (hence these names).
     stelis_max_depth: int = Field(
-        3, ge=1, le=16, description="Most levels of contexts, the root's included."
+        3, ge=1, le=16, description="The deepest a thread may be; the root is at depth 0."
     )
     stelis_default_window_ratio: float = Field(
         0.8, gt=0, lt=1, description="Share of its parent's window a new thread gets."

@@ -1,4 +1,4 @@
-"""The service's error tree and the one place where errors become HTTP answers.
+"""The service's error tree and its error codes (app/api/errors.py turns them into HTTP answers).
 
     AppError                      500 internal_error
      ├── Unauthorized             401  (no key, unknown key)
@@ -14,18 +14,83 @@
 Every error leaves the service as ``{"error": {"code", "message", "details"}}``.
 """
 
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 
+class ErrorCode(StrEnum):
+    """Every ``error.code`` the API answers with, each defined once."""
+
+    ADMIN_KEY_REQUIRED = "admin_key_required"
+    BAD_REQUEST = "bad_request"
+    BATCH_TOO_LARGE = "batch_too_large"
+    BODY_READ_TIMEOUT = "body_read_timeout"
+    BODY_TOO_LARGE = "body_too_large"
+    COMPACTION_FAILED = "compaction_failed"
+    CONFLICT = "conflict"
+    CONTEXT_EMPTY = "context_empty"
+    CONTEXT_OVER_BUDGET = "context_over_budget"
+    CORRUPT_RECORD = "corrupt_record"
+    DUPLICATE_TOOL_CALL_ID = "duplicate_tool_call_id"
+    EMPTY = "empty"
+    FORBIDDEN = "forbidden"
+    HEAD_MISSING = "head_missing"
+    HTTP_ERROR = "http_error"
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    INSUFFICIENT_STORAGE = "insufficient_storage"
+    INTERNAL_ERROR = "internal_error"
+    INVALID_CHARACTER = "invalid_character"
+    INVALID_CURSOR = "invalid_cursor"
+    INVALID_JSON = "invalid_json"
+    INVALID_REWIND_TARGET = "invalid_rewind_target"
+    INVALID_TRANSITION = "invalid_transition"
+    JOB_NOT_FOUND = "job_not_found"
+    JSON_TOO_DEEP = "json_too_deep"
+    KEY_SCOPE_TOO_NARROW = "key_scope_too_narrow"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    NO_ROOM_FOR_CONTEXT = "no_room_for_context"
+    NOT_FOUND = "not_found"
+    OLDER_THAN_DAYS_REQUIRED = "older_than_days_required"
+    OUT_OF_SCOPE = "out_of_scope"
+    RESERVED_FIELD = "reserved_field"
+    STORAGE_CORRUPT = "storage_corrupt"
+    STORAGE_ERROR = "storage_error"
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+    TASK_EXISTS = "task_exists"
+    TASK_FILES_DAMAGED = "task_files_damaged"
+    TASK_FILES_MISSING = "task_files_missing"
+    TASK_METADATA_MISSING = "task_metadata_missing"
+    TASK_NOT_FINISHED = "task_not_finished"
+    TASK_NOT_FOUND = "task_not_found"
+    TASK_NOT_WRITABLE = "task_not_writable"
+    THREAD_DEPTH_EXCEEDED = "thread_depth_exceeded"
+    THREAD_HAS_ACTIVE_CHILDREN = "thread_has_active_children"
+    THREAD_NOT_ACTIVE = "thread_not_active"
+    THREAD_NOT_FOUND = "thread_not_found"
+    TOO_LARGE = "too_large"
+    TOOL_RESULTS_PENDING = "tool_results_pending"
+    UNAUTHORIZED = "unauthorized"
+    UNKNOWN_BACKEND = "unknown_backend"
+    UNKNOWN_TOOL_CALL = "unknown_tool_call"
+    UNKNOWN_WEBHOOK = "unknown_webhook"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    VALIDATION_ERROR = "validation_error"
+
+
 class AppError(Exception):
     status_code: ClassVar[int] = 500
-    default_code: ClassVar[str] = "internal_error"
+    default_code: ClassVar[ErrorCode] = ErrorCode.INTERNAL_ERROR
     headers: ClassVar[dict[str, str] | None] = None  # sent with the answer
 
     def __init__(
-        self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None
+        self,
+        message: str,
+        *,
+        code: ErrorCode | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -35,38 +100,38 @@ class AppError(Exception):
 
 class Unauthorized(AppError):
     status_code = 401
-    default_code = "unauthorized"
+    default_code = ErrorCode.UNAUTHORIZED
     headers: ClassVar[dict[str, str] | None] = {"WWW-Authenticate": "Bearer"}
 
 
 class Forbidden(AppError):
     status_code = 403
-    default_code = "forbidden"
+    default_code = ErrorCode.FORBIDDEN
 
 
 class NotFound(AppError):
     status_code = 404
-    default_code = "not_found"
+    default_code = ErrorCode.NOT_FOUND
 
 
 class Conflict(AppError):
     status_code = 409
-    default_code = "conflict"
+    default_code = ErrorCode.CONFLICT
 
 
 class TooLarge(AppError):
     status_code = 413
-    default_code = "too_large"
+    default_code = ErrorCode.TOO_LARGE
 
 
 class InvalidInput(AppError):
     status_code = 422
-    default_code = "validation_error"
+    default_code = ErrorCode.VALIDATION_ERROR
 
 
 class StorageError(AppError):
     status_code = 500
-    default_code = "storage_error"
+    default_code = ErrorCode.STORAGE_ERROR
 
 
 class ContextFilesDamaged(StorageError):
@@ -82,7 +147,7 @@ class ContextFilesDamaged(StorageError):
             "are missing. Restore the file from a backup, or accept the loss with "
             f"`context-service repair {task_uuid}"
             + (f" --thread-id {thread_id}`" if thread_id else "`"),
-            code="task_files_damaged",
+            code=ErrorCode.TASK_FILES_DAMAGED,
             details={"uuid": task_uuid, "thread_id": thread_id, **details},
         )
 
@@ -92,20 +157,22 @@ class InsufficientStorage(StorageError):
     acknowledged, and the same request may succeed once there is room."""
 
     status_code = 507
-    default_code = "insufficient_storage"
+    default_code = ErrorCode.INSUFFICIENT_STORAGE
 
 
 class StorageUnavailable(StorageError):
     """A write refused because the store is read-only or not ours to write."""
 
     status_code = 503
-    default_code = "storage_unavailable"
+    default_code = ErrorCode.STORAGE_UNAVAILABLE
 
 
 class TaskNotFound(NotFound):
     def __init__(self, task_uuid: str) -> None:
         super().__init__(
-            f"task {task_uuid} does not exist", code="task_not_found", details={"uuid": task_uuid}
+            f"task {task_uuid} does not exist",
+            code=ErrorCode.TASK_NOT_FOUND,
+            details={"uuid": task_uuid},
         )
 
 
@@ -115,7 +182,7 @@ class TaskNotWritable(Conflict):
     def __init__(self, task_uuid: str, status: str, doing: str) -> None:
         super().__init__(
             f"task {task_uuid} is {status}: only running tasks {doing}",
-            code="task_not_writable",
+            code=ErrorCode.TASK_NOT_WRITABLE,
             details={"uuid": task_uuid, "status": status},
         )
 
@@ -124,7 +191,7 @@ class ThreadNotFound(NotFound):
     def __init__(self, task_uuid: str, thread_id: int) -> None:
         super().__init__(
             f"task {task_uuid} has no thread {thread_id}",
-            code="thread_not_found",
+            code=ErrorCode.THREAD_NOT_FOUND,
             details={"uuid": task_uuid, "thread_id": thread_id},
         )
 
@@ -135,7 +202,7 @@ class ThreadNotActive(Conflict):
     def __init__(self, task_uuid: str, thread_id: int, status: str) -> None:
         super().__init__(
             f"thread {thread_id} of task {task_uuid} is {status}",
-            code="thread_not_active",
+            code=ErrorCode.THREAD_NOT_ACTIVE,
             details={"uuid": task_uuid, "thread_id": thread_id, "status": status},
         )
 
@@ -147,7 +214,7 @@ class JsonTooDeep(InvalidInput):
     def __init__(self, where: str, limit: int) -> None:
         super().__init__(
             f"{where} nests arrays and objects more than {limit} levels deep",
-            code="json_too_deep",
+            code=ErrorCode.JSON_TOO_DEEP,
             details={"where": where, "max_depth": limit},
         )
 
@@ -163,13 +230,13 @@ class TaskMetadataMissing(StorageError):
             f"the metadata.json of task {task_uuid} is missing: its tool definitions and "
             "request defaults exist nowhere else, so its context cannot be served or extended; "
             "restore the file from a backup of CONTEXT_DIR (nothing was written)",
-            code="task_metadata_missing",
+            code=ErrorCode.TASK_METADATA_MISSING,
             details={"uuid": task_uuid, "file": "metadata.json", "lost": list(self.LOST)},
         )
 
 
 class ErrorBody(BaseModel):
-    code: str
+    code: ErrorCode
     message: str
     details: dict[str, Any] = {}
 
@@ -180,5 +247,7 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-def error_payload(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+def error_payload(
+    code: ErrorCode, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details or {}}}

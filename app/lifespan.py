@@ -9,16 +9,18 @@ from dataclasses import dataclass
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy import select
 
+from app.budgets.service import Budgets
 from app.compaction.service import CompactionService
-from app.compaction.summarizer import Summarizer
+from app.compaction.trigger import CondenseTrigger
 from app.config import Settings
+from app.context.reconcile import reconcile
 from app.context.store import ContextStore
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
-from app.db.models import Job, Task
+from app.db.models import Job
 from app.final_summaries.service import FinalSummaryService
+from app.formats.costs import TokenCounting
 from app.inheritance.service import InheritanceService
 from app.jobs.queue import JobQueue
 from app.jobs.runner import JobRunner
@@ -33,12 +35,13 @@ from app.planning.service import PlanningService
 from app.stats.service import StatsService
 from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks, process_locks
-from app.storage.reconcile import reconcile
+from app.summaries.summarizer import Summarizer
+from app.tasks.creation import TaskCreation
+from app.tasks.repository import counter_names
 from app.tasks.service import TaskService
 from app.threads.chronicle import KIND as CHRONICLE
 from app.threads.chronicle import ChronicleWriter
 from app.threads.service import ThreadService
-from app.tokens.counting import TokenCounting
 from app.webhooks.service import WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ class Services:
     db: Database
     store: ContextStore
     tasks: TaskService
+    task_creation: TaskCreation
     messages: MessageService
     tools: JournalService
     planning: PlanningService
@@ -75,6 +79,9 @@ def build_services(
     counting: TokenCounting,
 ) -> Services:
     metrics = Metrics()
+    jobs = JobQueue(db, max_attempts=settings.job_max_attempts, lease_s=settings.job_lease_s)
+    budgets = Budgets(settings, counting)
+    trigger = CondenseTrigger(budgets, jobs)
     store = ContextStore(
         db=db,
         layout=layout,
@@ -82,11 +89,12 @@ def build_services(
         counting=counting,
         settings=settings,
         on_damaged_files=metrics.damaged_files.inc,
+        after_commit=trigger.after_append,
     )
     backends = build_backends(settings, http, metrics)
-    jobs = JobQueue(db, max_attempts=settings.job_max_attempts, lease_s=settings.job_lease_s)
     inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance_wait_s)
-    tasks = TaskService(store, settings, frozenset(backends), jobs, inheritance)
+    tasks = TaskService(store, budgets, jobs, settings)
+    creation = TaskCreation(tasks, store, budgets, inheritance, settings, frozenset(backends))
     summarizer = Summarizer(
         backends=backends,
         # The summariser's window is the LLM's; what it costs is counted like a default task.
@@ -95,7 +103,7 @@ def build_services(
         backend_name=settings.condense_backend,
         max_tokens=settings.summary_max_tokens,
     )
-    compaction = CompactionService(store, tasks, summarizer, settings, metrics=metrics)
+    compaction = CompactionService(store, budgets, summarizer, settings, metrics=metrics)
     final_summaries = FinalSummaryService(
         store,
         summarizer,
@@ -107,8 +115,6 @@ def build_services(
     async def condense_job(job: Job) -> dict[str, object]:
         outcome = await compaction.relieve(job.task_uuid, thread_id=job.thread_id)
         return outcome.as_dict() | {"skipped": outcome.kind == "skipped"}
-
-    store.after_commit = tasks.schedule_condense
 
     def journal(file_name: str, *, key: str, time_field: str) -> JournalService:
         return JournalService(
@@ -129,7 +135,7 @@ def build_services(
                 store,
                 summarizer,
                 jobs,
-                tasks.schedule_condense,
+                trigger.after_append,
                 max_tokens=settings.summary_max_tokens,
             ).write,
         },
@@ -142,20 +148,24 @@ def build_services(
         db=db,
         store=store,
         tasks=tasks,
+        task_creation=creation,
         messages=MessageService(store, settings, metrics=metrics),
         tools=journal(TOOLS, key="seq", time_field="timestamp"),
         planning=PlanningService(
-            journal(PLANNING, key="id", time_field="created_at"), store, tasks
+            journal(PLANNING, key="id", time_field="created_at"),
+            store,
+            budgets,
+            trigger.if_crossed,
         ),
         summaries=journal(SUMMARIES, key="id", time_field="created_at"),
         compaction=compaction,
         jobs=jobs,
         runner=runner,
         metrics=metrics,
-        payloads=PayloadService(store, tasks, compaction),
+        payloads=PayloadService(store, budgets, compaction),
         final_summaries=final_summaries,
         inheritance=inheritance,
-        threads=ThreadService(store, tasks, jobs, settings),
+        threads=ThreadService(store, trigger.after_append, jobs, settings),
         stats=StatsService(db, store.flush),
         maintenance=MaintenanceService(db, tasks, settings),
     )
@@ -175,7 +185,7 @@ async def warm_counters(counting: TokenCounting, db: Database, settings: Setting
     """Load, off the event loop, the encodings that existing tasks, new tasks and the summariser
     will count with (about half a second each, once per process)."""
     async with db.reader() as session:
-        names = set(await session.scalars(select(Task.token_counter).distinct()))
+        names = await counter_names(session)
 
     def load() -> None:
         names.update(counting.counter_name(model) for model in ("", settings.llm_model))

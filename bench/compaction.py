@@ -40,12 +40,12 @@ from typing import Any, cast
 import httpx
 import orjson
 
-from app.compaction.extractive import extractive_digest
 from app.compaction.service import span_records
-from app.compaction.summarizer import EXTRACTIVE_MAX_CHARS
 from app.context.files import ContextFiles, rebuild
 from app.storage.jsonl import append_bytes, iter_lines
 from app.storage.layout import Layout
+from app.summaries.extractive import extractive_digest
+from app.summaries.summarizer import EXTRACTIVE_MAX_CHARS
 from bench.harness import Report, Service, Table, create_task, http_client, plain_read_s
 
 SIZES = (100, 1_000, 5_000)

@@ -1,8 +1,8 @@
 """Payloads: GET /request latency, throughput and server RSS for contexts of 10 KB, 1 MB, 10 MB
 and 100 MB, in each format; beside them, in the same run, a plain read of the same
-current.jsonl (the disk and page cache's limit) and the seeds' "before" picture: the context
-loaded as a Python list and json.dumps'd in a fresh process (seed 001 claims 95-99% less
-memory for streaming than that).
+current.jsonl (the disk and page cache's limit) and the original design's "before" picture:
+the context loaded as a Python list and json.dumps'd in a fresh process (that design expected
+95-99% less memory for streaming than that).
 
 Contexts are filled over HTTP with 256 KB user messages and short answers (a window big enough
 that nothing is compacted). Each GET is made twice, the second measured; RSS is the server's

@@ -31,7 +31,7 @@ Every payload is checked against the whole history so far (``Facts``; ``check``)
   messages a turn adds are new. Reuse can, so it is what the target is measured on.)
 
 What counts as a path and as an error line is the extractive digest's published rules
-(``app.compaction.extractive``), so the digest is measured against what it sets out to keep;
+(``app.summaries.extractive``), so the digest is measured against what it sets out to keep;
 whether a fact is in a payload is a plain substring test on the payload's whitespace-collapsed
 text (every content, tool call and argument), independent of how the fact got there; but an
 error line also counts when a summary lists it in a group of lines that differ in one value
@@ -52,8 +52,12 @@ import httpx
 import orjson
 from asgi_lifespan import LifespanManager
 
-from app.compaction.excerpts import ELLIPSIS, normalize
-from app.compaction.extractive import (
+from app.compaction.service import SUMMARY_HEADER
+from app.compaction.truncation import TRUNCATION_TEXT
+from app.config import Settings
+from app.main import create_app
+from app.summaries.excerpts import ELLIPSIS, normalize
+from app.summaries.extractive import (
     ROOT_TOKEN,
     TIER_ACTED,
     content_text,
@@ -62,10 +66,6 @@ from app.compaction.extractive import (
     shows_error_line,
     tool_calls,
 )
-from app.compaction.service import SUMMARY_HEADER
-from app.compaction.truncation import TRUNCATION_TEXT
-from app.config import Settings
-from app.main import create_app
 from bench.harness import Report, Table, task_body
 from bench.replay import CORPUS, WINDOWS, max_output_tokens
 

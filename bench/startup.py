@@ -3,7 +3,7 @@
 Time to ready is from spawning ``context-service serve`` until GET /readyz answers 200
 (``Service.ready_after_s``). A start imports the app, then its lifespan (app/lifespan.py)
 migrates the database, reconciles every task directory against the tasks table
-(app/storage/reconcile.py: one listing of each status directory, one SELECT of every task),
+(app/context/reconcile.py: one listing of each status directory, one SELECT of every task),
 loads the token encodings and starts the job runner and the periodic cleanup. Each start also
 records the server's CPU seconds at ready (less sensitive than wall time to a busy machine),
 its RSS just after ready, and, from its log's timestamps, how long the imports took (spawn

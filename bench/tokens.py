@@ -3,7 +3,7 @@ and what share of an append's time it takes.
 
 The append path counts a message once, in ``ContextAccumulator.prepare``
 (app/context/records.py): ``TokenCosts(counter).message(openai_message(record))``
-(app/tokens/costs.py), which counts the message as OpenAI, Anthropic and Ollama render it, each
+(app/formats/costs.py), which counts the message as OpenAI, Anthropic and Ollama render it, each
 text once (a per-message memo). The counter is the task's, fixed at creation from TOKEN_COUNTER:
 "auto" gives o200k_base for the bench's model (gpt-4o), so o200k_base is what "auto" costs here.
 
@@ -40,8 +40,8 @@ import orjson
 
 from app.context.records import openai_message
 from app.formats import FORMATS
+from app.formats.costs import TokenCosts
 from app.messages.schemas import MessageIn
-from app.tokens.costs import TokenCosts
 from app.tokens.counters import HeuristicCounter, TextCounter, TiktokenCounter
 from app.tokens.encodings import build_encoding, bundled_rank_file
 from bench.harness import (

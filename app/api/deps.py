@@ -1,32 +1,37 @@
-"""Request dependencies."""
+"""Request dependencies: the services an endpoint uses, and the task it names.
 
-from typing import Annotated
+The running app's services are in ``request.state.services`` (built at startup); an endpoint
+asks for the ones it uses by name, e.g. ``Annotated[TaskService, service("tasks")]``.
+"""
+
+from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import Depends, Path, Query, Request
 
 from app.auth.dependencies import PrincipalDep
-from app.lifespan import Services
+from app.auth.visibility import require_visible
 
 
-def get_services(request: Request) -> Services:
-    services: Services = request.state.services
-    return services
+def service(name: str) -> Any:
+    """A dependency giving the app's service ``name``."""
 
+    def get(request: Request) -> Any:
+        return getattr(request.state.services, name)
 
-ServicesDep = Annotated[Services, Depends(get_services)]
+    get.__name__ = f"get_{name}"
+    return Depends(get)
 
 
 async def task_uuid(
     uuid: Annotated[UUID, Path(description="The task's uuid.")],
     principal: PrincipalDep,
-    services: ServicesDep,
+    request: Request,
 ) -> str:
     """The task's uuid, for a task the caller may see (another tenant's is 404 to a scoped key:
     not even its existence shows)."""
     value = str(uuid)
-    if principal.scoped:
-        await services.tasks.require_visible(value, principal)
+    await require_visible(request.state.services.db, value, principal)
     return value
 
 

@@ -13,19 +13,19 @@ from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
-from app.errors import AppError, ErrorResponse, error_payload
+from app.errors import AppError, ErrorCode, ErrorResponse, error_payload
 from app.storage.failures import storage_failure
 
 log = logging.getLogger(__name__)
 
 _HTTP_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "body_too_large",
-    415: "unsupported_media_type",
+    400: ErrorCode.BAD_REQUEST,
+    401: ErrorCode.UNAUTHORIZED,
+    403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.BODY_TOO_LARGE,
+    415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
 }
 
 # For the routers' `responses=`: each endpoint documents the error shape it can answer with.
@@ -72,7 +72,7 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     where = ".".join(str(part) for part in first["loc"])
     return JSONResponse(
         error_payload(
-            "invalid_json" if invalid_json else "validation_error",
+            ErrorCode.INVALID_JSON if invalid_json else ErrorCode.VALIDATION_ERROR,
             f"{where}: {first['msg']}" if where else str(first["msg"]),
             {"errors": errors},
         ),
@@ -104,11 +104,15 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 405:
         headers = {"Allow": _allowed_methods(request)}
         message = f"{request.method} is not allowed on this path"
-        return JSONResponse(error_payload("method_not_allowed", message), 405, headers=headers)
+        return JSONResponse(
+            error_payload(ErrorCode.METHOD_NOT_ALLOWED, message), 405, headers=headers
+        )
     if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
         # FastAPI's generic 400 for a body it could not decode: malformed JSON like any other.
-        return JSONResponse(error_payload("invalid_json", "the body is not UTF-8 JSON"), 422)
-    code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return JSONResponse(
+            error_payload(ErrorCode.INVALID_JSON, "the body is not UTF-8 JSON"), 422
+        )
+    code = _HTTP_CODES.get(exc.status_code, ErrorCode.HTTP_ERROR)
     return error_response(error_payload(code, str(exc.detail)), exc.status_code, exc.headers)
 
 
@@ -130,12 +134,12 @@ def _corrupt_record(_: Request, exc: Exception) -> JSONResponse:
     repairs torn tails, not bytes changed in the middle). Say so; never guess its content."""
     log.error("a stored record does not parse: %s", exc)
     message = "a stored record of this task does not parse: its file is damaged (see the logs)"
-    return error_response(error_payload("corrupt_record", message), 500)
+    return error_response(error_payload(ErrorCode.CORRUPT_RECORD, message), 500)
 
 
 def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
-    return error_response(error_payload("internal_error", "internal server error"), 500)
+    return error_response(error_payload(ErrorCode.INTERNAL_ERROR, "internal server error"), 500)
 
 
 def install_error_handlers(app: FastAPI) -> None:

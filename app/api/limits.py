@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import error_payload
+from app.errors import ErrorCode, error_payload
 
 
 class BodyLimitMiddleware:
@@ -121,7 +121,7 @@ class BodyLimitMiddleware:
 
     async def _timed_out(self, send: Send) -> None:
         payload = error_payload(
-            "body_read_timeout",
+            ErrorCode.BODY_READ_TIMEOUT,
             f"the request body did not arrive whole within {self.read_timeout_s:g} s; "
             "nothing was done",
             {"timeout_s": self.read_timeout_s},
@@ -130,7 +130,7 @@ class BodyLimitMiddleware:
 
     async def _reject(self, send: Send, *, close: bool) -> None:
         payload = error_payload(
-            "body_too_large",
+            ErrorCode.BODY_TOO_LARGE,
             f"the request body exceeds {self.max_bytes} bytes",
             {"limit": self.max_bytes},
         )
@@ -147,7 +147,9 @@ class NulQueryMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and b"%00" in scope.get("query_string", b""):
             message = "the query string holds a NUL character (%00)"
-            await send_error(send, 422, error_payload("invalid_character", message), close=False)
+            await send_error(
+                send, 422, error_payload(ErrorCode.INVALID_CHARACTER, message), close=False
+            )
             return
         await self.app(scope, receive, send)
 

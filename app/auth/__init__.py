@@ -1,1 +1,1 @@
-"""Bearer API keys (SPEC §12): who is calling, what role, which tenants."""
+"""Bearer API keys: who is calling, what role, which tenants, and which tasks they may see."""

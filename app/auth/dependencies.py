@@ -7,7 +7,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.auth.keys import OPEN, Principal
 from app.auth.middleware import PRINCIPAL
-from app.errors import Forbidden
+from app.errors import ErrorCode, Forbidden
 
 _BEARER = HTTPBearer(auto_error=False, description="An API key from API_KEYS (when set).")
 
@@ -28,7 +28,7 @@ PrincipalDep = Annotated[Principal, Depends(authenticate)]
 def require_admin(principal: PrincipalDep) -> None:
     """Deleting tasks, cleanup and maintenance are for admin keys."""
     if principal.role != "admin":
-        raise Forbidden("this needs an admin key", code="admin_key_required")
+        raise Forbidden("this needs an admin key", code=ErrorCode.ADMIN_KEY_REQUIRED)
 
 
 def require_unscoped(principal: PrincipalDep) -> None:
@@ -37,5 +37,5 @@ def require_unscoped(principal: PrincipalDep) -> None:
     if principal.scoped:
         raise Forbidden(
             "this key is limited to some tenants; this view spans all of them",
-            code="key_scope_too_narrow",
+            code=ErrorCode.KEY_SCOPE_TOO_NARROW,
         )

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import ServicesDep, TaskUUID, ThreadID
+from app.api.deps import TaskUUID, ThreadID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.compaction.schemas import (
@@ -15,6 +15,11 @@ from app.compaction.schemas import (
     SummaryPage,
     SummaryRecord,
 )
+from app.compaction.service import CompactionService
+from app.journals.service import JournalService
+
+CompactionDep = Annotated[CompactionService, service("compaction")]
+SummariesDep = Annotated[JournalService, service("summaries")]
 
 router = APIRouter(
     route_class=OrjsonRoute, prefix="/tasks/{uuid}", tags=["compaction"], responses=ERROR_RESPONSES
@@ -23,22 +28,20 @@ router = APIRouter(
 
 @router.post("/compress", response_model=CompactionResult)
 async def compress(
-    uuid: TaskUUID, body: CompressBody, services: ServicesDep, thread_id: ThreadID = 0
+    uuid: TaskUUID, body: CompressBody, compaction: CompactionDep, thread_id: ThreadID = 0
 ) -> CompactionResult:
     """Compact a context now: condense (auto, condense) or truncate."""
-    outcome = await services.compaction.compact(uuid, body.strategy, body.backend, thread_id)
+    outcome = await compaction.compact(uuid, body.strategy, body.backend, thread_id)
     return CompactionResult.model_validate(outcome.as_dict())
 
 
 @router.post("/rewind", response_model=RewindResult)
 async def rewind(
-    uuid: TaskUUID, body: RewindBody, services: ServicesDep, thread_id: ThreadID = 0
+    uuid: TaskUUID, body: RewindBody, compaction: CompactionDep, thread_id: ThreadID = 0
 ) -> RewindResult:
-    """Seed 002's rewind: history after the cut, and compactions that depended on it, leave
-    the effective context (nothing is deleted from messages.jsonl)."""
-    head = await services.compaction.rewind(
-        uuid, body.to_seq, body.include_target, thread_id=thread_id
-    )
+    """Rewind, as Roo Code does it: history after the cut, and compactions that depended on
+    it, leave the effective context (nothing is deleted from messages.jsonl)."""
+    head = await compaction.rewind(uuid, body.to_seq, body.include_target, thread_id=thread_id)
     return RewindResult(
         last_seq=head.last_seq, messages=head.current_messages, context_tokens=head.context_tokens
     )
@@ -47,14 +50,14 @@ async def rewind(
 @router.get("/summaries", response_model=SummaryPage)
 async def list_summaries(
     uuid: TaskUUID,
-    services: ServicesDep,
+    summaries: SummariesDep,
     after_id: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     thread_id: ThreadID = 0,
 ) -> SummaryPage:
     """A context's compaction records (summaries.jsonl): condense summaries, truncations,
     elisions."""
-    records, more = await services.summaries.page(uuid, after_id, limit, thread_id)
+    records, more = await summaries.page(uuid, after_id, limit, thread_id)
     return SummaryPage(
         summaries=[SummaryRecord.model_validate(r) for r in records],
         next_after_id=records[-1]["id"] if more else None,

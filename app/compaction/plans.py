@@ -135,7 +135,8 @@ def _pair_safe(entries: list[Entry], start: int, end: int) -> Span:
 
 
 def plan_condense(entries: list[Entry], *, keep_recent: int, min_to_compress: int) -> Span | Skip:
-    """Seed 002's summarizeConversation: keep the head and the last ``keep_recent`` entries."""
+    """Condense, as Roo Code's summarizeConversation: keep the head and the last
+    ``keep_recent`` entries."""
     head = head_length(entries)
     span = _pair_safe(entries, head, max(head, len(entries) - keep_recent))
     if any(e.marker == "condense" for e in entries[span.end :]):
@@ -146,8 +147,8 @@ def plan_condense(entries: list[Entry], *, keep_recent: int, min_to_compress: in
 
 
 def plan_truncate(entries: list[Entry]) -> Span | Skip:
-    """Seed 002's truncateConversation: hide half of the entries after the head, an even count;
-    the newest summary stays (the head here ends after it)."""
+    """Truncate, as Roo Code's sliding window: hide half of the entries after the head, an
+    even count; the newest summary stays (the head here ends after it)."""
     head = kept_length(entries)
     count = (len(entries) - head) // 2
     count -= count % 2

@@ -30,7 +30,7 @@ class RewindBody(BaseModel):
     include_target: bool = Field(
         False,
         strict=True,
-        description="Keep the target message itself (seed 002's includeTargetMessage).",
+        description="Keep the target message itself (Roo Code's includeTargetMessage).",
     )
 
 

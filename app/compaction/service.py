@@ -1,4 +1,4 @@
-"""Compaction and rewind of a task's context (SPEC §6; seed 002).
+"""Compaction and rewind of a task's context (the design: docs/compaction.md).
 
 Every operation appends a marker to messages.jsonl (and, for compactions, a record to
 summaries.jsonl), rebuilds current.jsonl and moves the committed head. A condense asks the
@@ -9,19 +9,17 @@ lock, that the span it summarised is still exactly what the context shows there.
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, cast
 
 import orjson
 
+from app.budgets.policy import Budget
+from app.budgets.service import Budgets
 from app.compaction import plans
-from app.compaction.excerpts import ELISION_TEXT, normalize
-from app.compaction.extractive import grouped_errors
-from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
-from app.compaction.policy import Budget
-from app.compaction.summarizer import Summarizer, SummaryLimit
+from app.compaction.plans import Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
@@ -32,28 +30,33 @@ from app.context.files import (
     visible_records,
 )
 from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
+from app.context.shapes import Marker, MaskedResult, SummaryRecord
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
-from app.errors import AppError, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
+from app.errors import AppError, ErrorCode, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import native_format
+from app.formats.costs import FormatTokens, TokenCosts, in_format
 from app.formats.parts import plain_text
 from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, timed_compaction
 from app.planning.items import latest_items
 from app.storage.layout import PLANNING
-from app.tasks.service import TaskService
+from app.summaries.excerpts import ELISION_TEXT, normalize
+from app.summaries.extractive import grouped_errors
+from app.summaries.summarizer import Summarizer, SummaryLimit
 from app.tokens.accounting import content_tokens
-from app.tokens.costs import FormatTokens, TokenCosts, in_format
 from app.tokens.counters import TextCounter
 
 log = logging.getLogger(__name__)
 
 Strategy = Literal["auto", "mask", "condense", "truncate"]
 SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
-MAX_FIT_ROUNDS = 12
-# An elision freeing less than this share of what is over the budget has stalled: the messages
-# left to cut are cut to their bones already.
-STALLED_ELISION_SHARE = 0.1
+# A fit ends when a whole pass of the tiers changes nothing; this only bounds one whose steps
+# each free a few tokens (small messages behind a long marker, messages cut to the bone).
+MAX_FIT_ROUNDS = 64
+# A step freeing less than this share of what is over the budget has stalled: the messages
+# left to cut are cut to their bones already, or those left to hide are small.
+STALLED_SHARE = 0.1
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
 MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
 MAX_PLACEHOLDER_ERRORS = 3  # error lines (grouped) a masked result's placeholder keeps
@@ -76,7 +79,7 @@ class Measure:
 
 class CompactionFailed(AppError):
     status_code = 502
-    default_code = "compaction_failed"
+    default_code = ErrorCode.COMPACTION_FAILED
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class CompactionService:
     def __init__(
         self,
         store: ContextStore,
-        tasks: TaskService,
+        budgets: Budgets,
         summarizer: Summarizer,
         settings: Settings,
         *,
@@ -113,7 +116,7 @@ class CompactionService:
     ) -> None:
         self.metrics = metrics  # each outcome counted and timed (@timed_compaction)
         self.store = store
-        self.tasks = tasks
+        self.budgets = budgets
         self.summarizer = summarizer
         self.settings = settings
         self._busy: dict[tuple[str, int], asyncio.Lock] = {}
@@ -148,8 +151,8 @@ class CompactionService:
             return gain <= 0
         return gain < self.settings.min_gain_share * context_tokens
 
-    def _cost(self, task: Task, marker: dict[str, Any]) -> tuple[int, FormatTokens]:
-        return self.store.counting.costs(task.token_counter).message(openai_message(marker))
+    def _cost(self, task: Task, message: Mapping[str, Any]) -> tuple[int, FormatTokens]:
+        return self.store.counting.costs(task.token_counter).message(openai_message(message))
 
     # -- the operations -------------------------------------------------------------------
 
@@ -184,7 +187,7 @@ class CompactionService:
                 self._require_running(locked)
                 fmt = fmt or native_format(locked.task.llm_provider)
                 head, entries, files = await self._index(locked, fmt)
-                before = self.tasks.context_tokens(locked, head, fmt)
+                before = self.budgets.context_tokens(locked, head, fmt)
                 plan = plans.plan_condense(
                     entries,
                     keep_recent=self.settings.keep_recent,
@@ -222,7 +225,9 @@ class CompactionService:
             finally:
                 handle.close()
             if not summary.strip():
-                raise CompactionFailed("the summariser returned an empty summary", code="empty")
+                raise CompactionFailed(
+                    "the summariser returned an empty summary", code=ErrorCode.EMPTY
+                )
             return await self._commit_condense(
                 (task_uuid, thread_id),
                 fmt,
@@ -235,7 +240,7 @@ class CompactionService:
     def _summary_limit(self, locked: LockedTask, fmt: str, messages: int) -> SummaryLimit:
         """What the summary may cost: ``summary_max_share`` of the budget, less its heading
         (the summary's own share of the message is counted with the task's counter)."""
-        allowed = self.tasks.context_budget(locked).allowed
+        allowed = self.budgets.context_budget(locked).allowed
         heading = SUMMARY_HEADER.format(count=messages)
         overhead = in_format(*self._cost(locked.task, {"role": "user", "content": heading}), fmt)
         counter = self.store.counting.costs(locked.task.token_counter).counter
@@ -254,7 +259,7 @@ class CompactionService:
     ) -> Outcome:
         async with self.store.locked(*context) as locked:
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.context_tokens(locked, head, fmt)
+            before = self.budgets.context_tokens(locked, head, fmt)
             if locked.task.status != "running":  # finished while the summariser worked
                 return Outcome("skipped", before, before, reason="task_not_running")
             if locked.thread is not None and locked.thread.status != "active":
@@ -264,7 +269,7 @@ class CompactionService:
                 return Outcome("skipped", before, before, reason="context_changed")
             hidden = Span(found[0], found[-1] + 1)
             content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
-            marker = {"role": "user", "content": content, "marker": "condense"}
+            marker: Marker = {"role": "user", "content": content, "marker": "condense"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
                 return Outcome("skipped", before, before, reason="context_grew")  # short ones
@@ -294,8 +299,8 @@ class CompactionService:
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.context_tokens(locked, head, fmt)
-            tiers = self.tasks.compaction_options(locked.task)
+            before = self.budgets.context_tokens(locked, head, fmt)
+            tiers = self.budgets.compaction_options(locked.task)
             chosen = plans.plan_mask(entries, keep_tool_results=tiers.keep_tool_results)
             if not chosen:
                 return Outcome("skipped", before, before, reason="nothing_to_mask")
@@ -314,8 +319,8 @@ class CompactionService:
                 MASK, (seqs[0], seqs[-1]), original, placeholders, len(masks), fmt
             )
             summary["masked_seqs"] = seqs
-            marker = {
-                "marker": MASK,
+            marker: Marker = {
+                "marker": "mask",
                 "masks": masks,
                 "timestamp": summary["timestamp"],
                 "tokens": 0,
@@ -324,7 +329,7 @@ class CompactionService:
                 commit_marker, files, head, marker, summary, fsync=self.store.fsync
             )
             await self.store.save_head(locked, new_head, compactions=1)
-            after = self.tasks.context_tokens(locked, new_head, fmt)
+            after = self.budgets.context_tokens(locked, new_head, fmt)
             log.info(
                 "task %s thread %d: masked %d tool results, %d -> %d tokens",
                 task_uuid,
@@ -353,7 +358,7 @@ class CompactionService:
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.context_tokens(locked, head, fmt)
+            before = self.budgets.context_tokens(locked, head, fmt)
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
@@ -362,9 +367,9 @@ class CompactionService:
                 plan.messages(entries),
                 facts,
                 self.store.counting.costs(locked.task.token_counter).counter,
-                self.tasks.context_budget(locked).allowed,
+                self.budgets.context_budget(locked).allowed,
             )
-            marker = {"role": "user", "content": content, "marker": "truncation"}
+            marker: Marker = {"role": "user", "content": content, "marker": "truncation"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= plan.tokens(entries):  # e.g. only an older marker
                 return Outcome("skipped", before, before, reason="context_grew")
@@ -387,7 +392,7 @@ class CompactionService:
         ):
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries, files = await self._index(locked, fmt)
-            before = self.tasks.context_tokens(locked, head, fmt)
+            before = self.budgets.context_tokens(locked, head, fmt)
             costs = self.store.counting.costs(locked.task.token_counter)
             # Reading and counting large messages: off the event loop.
             found = await asyncio.to_thread(
@@ -403,8 +408,8 @@ class CompactionService:
     async def fit(
         self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
     ) -> Outcome | None:
-        """Compact a context until its payload in ``fmt`` is within its budget (SPEC §3.3),
-        or raise TooLarge; return the last step that changed it.
+        """Compact a context until its payload in ``fmt`` is within its budget (a payload is
+        never served over it), or raise TooLarge; return the last step that changed it.
 
         Each round tries the task's tiers in order (masking and condensing once per call) and
         measures again after the step that changed something: one that waited for another
@@ -415,13 +420,14 @@ class CompactionService:
         # must fit (elisions of a few tokens each would spend the rounds while a truncation
         # waits for a gain it cannot reach).
         relaxed = False
+        stalled: set[str] = set()  # truncation set aside while elisions free more
         for _ in range(MAX_FIT_ROUNDS):
             measure = await self._measure(task_uuid, thread_id, fmt)
             fmt = measure.fmt
             if measure.tokens <= measure.budget.allowed:
                 return last
             for tier in measure.tiers:
-                if tier in done:
+                if tier in done or tier in stalled:
                     continue
                 if tier in ONCE_PER_FIT:
                     done.add(tier)
@@ -438,6 +444,9 @@ class CompactionService:
                 if step.kind != "skipped" or tier == "condense":
                     break
             else:
+                if stalled:
+                    stalled.clear()  # elision is spent: small truncations it is
+                    continue
                 if relaxed:
                     break  # every tier is spent: nothing more can change
                 relaxed = True
@@ -446,16 +455,21 @@ class CompactionService:
             if step.kind != "skipped":
                 last = step
                 over = measure.tokens - measure.budget.allowed
-                small = step.tokens_before - step.tokens_after < over * STALLED_ELISION_SHARE
+                small = step.tokens_before - step.tokens_after < over * STALLED_SHARE
                 if tier == "elide" and small:
                     relaxed = True
                     done.discard(MASK)
+                elif tier == "truncate" and small and relaxed:
+                    # Truncations freeing a few tokens each (small messages behind a marker
+                    # listing their facts) would spend the rounds: elision's turn, until it
+                    # has nothing left to cut.
+                    stalled.add(tier)
         measure = await self._measure(task_uuid, thread_id, fmt)
         if measure.tokens > measure.budget.allowed:
             raise TooLarge(
                 f"the context has {measure.tokens} tokens and cannot be compacted under "
                 f"{measure.budget.allowed}",
-                code="context_over_budget",
+                code=ErrorCode.CONTEXT_OVER_BUDGET,
                 details={"tokens": measure.tokens, "budget": measure.budget.allowed},
             )
         return last
@@ -503,10 +517,10 @@ class CompactionService:
         context = await self.store.head(task_uuid, thread_id)
         fmt = fmt or native_format(context.task.llm_provider)
         return Measure(
-            tokens=self.tasks.context_tokens(context, context.head, fmt),
-            budget=self.tasks.context_budget(context),
+            tokens=self.budgets.context_tokens(context, context.head, fmt),
+            budget=self.budgets.context_budget(context),
             fmt=fmt,
-            tiers=self.tasks.compaction_options(context.task).tiers,
+            tiers=self.budgets.compaction_options(context.task).tiers,
         )
 
     async def _condense_in_time(self, task_uuid: str, fmt: str, thread_id: int) -> Outcome | None:
@@ -526,8 +540,8 @@ class CompactionService:
         async with self.store.locked(task_uuid, thread_id) as locked:
             head = await self.store.recovered_head(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
-            tokens = self.tasks.context_tokens(locked, head, fmt)
-            budget = self.tasks.context_budget(locked)
+            tokens = self.budgets.context_tokens(locked, head, fmt)
+            budget = self.budgets.context_budget(locked)
             if tokens < budget.threshold:  # the usual case: no need to index the context
                 return {"action": "none"}
             _, entries, _ = await self._index(locked, fmt)
@@ -552,7 +566,8 @@ class CompactionService:
     async def rewind(
         self, task_uuid: str, to_seq: int, include_target: bool, *, thread_id: int = 0
     ) -> HeadState:
-        """Seed 002's rewind: later history leaves the context, so do later compactions."""
+        """Rewind, as Roo Code does it: later history leaves the context, and so do later
+        compactions."""
         async with (
             self._one_at_a_time(task_uuid, thread_id),
             self.store.locked(task_uuid, thread_id) as locked,
@@ -564,10 +579,10 @@ class CompactionService:
             if target is None or is_marker(target):
                 raise InvalidInput(
                     f"seq {to_seq} is not a message of this task",
-                    code="invalid_rewind_target",
+                    code=ErrorCode.INVALID_REWIND_TARGET,
                     details={"to_seq": to_seq, "last_seq": head.last_seq},
                 )
-            marker = {
+            marker: Marker = {
                 "marker": "rewind",
                 "to_seq": to_seq,
                 "include_target": include_target,
@@ -598,7 +613,7 @@ class CompactionService:
         summary: str,
         fmt: str,
         cost: tuple[int, FormatTokens],
-    ) -> dict[str, Any]:
+    ) -> SummaryRecord:
         """The summaries.jsonl record of a compaction over ``span``."""
         record = summary_fields(
             kind,
@@ -608,26 +623,27 @@ class CompactionService:
             span.messages(entries),
             fmt,
         )
-        return record | {"summary": summary}
+        record["summary"] = summary
+        return record
 
     async def _commit(
         self,
         locked: LockedTask,
         head: HeadState,
         files: ContextFiles,
-        marker: dict[str, Any],
-        summary: dict[str, Any],
+        marker: Marker,
+        summary: SummaryRecord,
         span: Span,
         entries: list[Entry],
         cost: tuple[int, FormatTokens],
     ) -> Outcome:
         fmt = summary["counted_as"]
-        before = self.tasks.context_tokens(locked, head, fmt)
+        before = self.budgets.context_tokens(locked, head, fmt)
         hidden = span.messages(entries)
         marker = {
             **marker,
             "hides": list(span.hides(entries)),
-            HIDDEN_MESSAGES: hidden,
+            "hidden_messages": hidden,
             "timestamp": summary["timestamp"],
             "tokens": cost[0],
             "format_tokens": cost[1],
@@ -636,7 +652,7 @@ class CompactionService:
             commit_marker, files, head, marker, summary, fsync=self.store.fsync
         )
         await self.store.save_head(locked, new_head, compactions=1)
-        after = self.tasks.context_tokens(locked, new_head, fmt)
+        after = self.budgets.context_tokens(locked, new_head, fmt)
         log.info(
             "task %s thread %d: %s of %d messages, %d -> %d tokens",
             locked.task.uuid,
@@ -657,7 +673,7 @@ class CompactionService:
 
 def summary_fields(
     kind: str, seqs: tuple[int, int], original: int, tokens: int, messages: int, fmt: str
-) -> dict[str, Any]:
+) -> SummaryRecord:
     """A summaries.jsonl record: what a compaction of ``kind`` did over ``seqs``, its token
     figures as ``fmt`` renders the context (``counted_as``)."""
     now = utc_timestamp()
@@ -722,7 +738,7 @@ def _elision(
     costs: TokenCosts,
     excess: int,
     fmt: str,
-) -> tuple[int, dict[str, Any], tuple[int, FormatTokens]] | None:
+) -> tuple[int, Marker, tuple[int, FormatTokens]] | None:
     """The entry to elide, its elision marker and the marker's cost; None if none gains.
 
     Group by group of ``plans.elision_order``: contents first, a tool call's arguments (a file
@@ -755,7 +771,8 @@ def _elision(
         # A summary or truncation marker cut to fit stays one (the newest summary is still
         # the newest summary; a later condense folds it as such).
         kind = entry.marker if entry.marker in plans.MEMORY_KINDS else "elision"
-        marker = {**message, "marker": kind}
+        # The elided message's own fields (as posted) with the marker's kind.
+        marker = cast(Marker, {**message, "marker": kind})
         if original.get("tool_name"):
             marker["tool_name"] = original["tool_name"]
         return index, marker, cost
@@ -873,14 +890,12 @@ def elided(counter: TextCounter, content: Any, excess: int) -> str:
     return text[:start] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - end :]
 
 
-def _masks(
-    files: ContextFiles, end: int, seqs: list[int], costs: TokenCosts
-) -> list[dict[str, Any]]:
+def _masks(files: ContextFiles, end: int, seqs: list[int], costs: TokenCosts) -> list[MaskedResult]:
     """What replaces each of these tool results: a placeholder naming the call, the output's
     size and its seq, with the placeholder's costs."""
     wanted = set(seqs)
     calls: dict[str, dict[str, Any]] = {}
-    masks = []
+    masks: list[MaskedResult] = []
     with open(files.messages, "rb") as f:
         for record in visible_records(f, end, masked=False):
             for call in record.get("tool_calls") or ():

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.compaction.excerpts import cut_end, normalize
-from app.compaction.extractive import (
+from app.context.effective import marker_kind, position
+from app.summaries.excerpts import cut_end, normalize
+from app.summaries.extractive import (
     ERRORS,
     FILES,
     MORE_ITEMS_RE,
@@ -24,7 +25,6 @@ from app.compaction.extractive import (
     listed_sections,
     record_errors,
 )
-from app.context.effective import marker_kind, position
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
 

@@ -26,6 +26,7 @@ from app.context.records import (
     count_record,
     current_line,
 )
+from app.context.shapes import Marker, SummaryRecord
 from app.errors import ContextFilesDamaged, TaskMetadataMissing
 from app.storage.jsonl import (
     append_bytes,
@@ -180,8 +181,14 @@ def accept_loss(
         return None
     lost = damage(files, head)["missing_seqs"]
     repair_tail(files.messages, fsync=fsync, context=str(where))
-    marker = {"seq": head.last_seq, "type": MARKER_TYPE, "marker": "lost", "lost": lost}
-    marker |= {"timestamp": timestamp, "tokens": 0}
+    marker: Marker = {
+        "seq": head.last_seq,
+        "type": MARKER_TYPE,
+        "marker": "lost",
+        "lost": lost,
+        "timestamp": timestamp,
+        "tokens": 0,
+    }
     append_bytes(files.messages, dumps_line(marker), fsync=fsync)
     log.error("%s: accepted the loss of seqs %d..%d", where, lost[0], lost[1])
     new_head, totals = rebuild(files, fsync=fsync)
@@ -196,7 +203,7 @@ def rebuild(files: ContextFiles, *, fsync: bool) -> tuple[HeadState, StatsDelta]
 
 
 class CurrentRender:
-    """The current.jsonl that messages.jsonl implies, streamed in chunks (SPEC §3.2).
+    """The current.jsonl that messages.jsonl implies, streamed in chunks.
 
     Two passes over messages.jsonl: the first collects the (few) marker records, the second
     yields the visible records' lines. Once iterated, ``head`` and ``totals`` are complete.
@@ -258,16 +265,16 @@ def record_at(f: BinaryIO, seq: int, end: int) -> dict[str, Any] | None:
 def commit_marker(
     files: ContextFiles,
     head: HeadState,
-    marker: dict[str, Any],
-    summary: dict[str, Any] | None,
+    marker: Marker,
+    summary: SummaryRecord | None,
     *,
     fsync: bool,
-) -> tuple[HeadState, dict[str, Any]]:
+) -> tuple[HeadState, Marker]:
     """Append a marker (and its summaries.jsonl record) and rebuild current.jsonl.
 
     The summary record goes first: one whose marker never made it is simply never in force.
     """
-    record = {"seq": head.last_seq + 1, "type": MARKER_TYPE, **marker}
+    record: Marker = {"seq": head.last_seq + 1, "type": MARKER_TYPE, **marker}
     if summary is not None:
         path = files.directory / SUMMARIES
         repair_tail(path, fsync=fsync, context=str(files.directory.name))

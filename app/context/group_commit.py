@@ -29,8 +29,8 @@ from app.context.records import (
     request_hash,
     utc_timestamp,
 )
-from app.errors import AppError, InvalidInput
-from app.tokens.counting import TokenCounting
+from app.errors import AppError, ErrorCode, InvalidInput
+from app.formats.costs import TokenCounting
 
 AppendResult = tuple[dict[str, Any], bool]  # the append response, and whether it was a replay
 
@@ -163,7 +163,7 @@ def _replay(prior: IdempotentResult, messages: list[dict[str, Any]]) -> AppendRe
     if request_hash(messages) != prior.request_hash:
         return InvalidInput(
             f"Idempotency-Key {prior.key!r} was already used for a different request",
-            code="idempotency_key_reused",
+            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
             details={"key": prior.key},
         )
     return prior.response, True

@@ -1,7 +1,7 @@
 """Message records and the context head, in pure code (but for the clock of their timestamps).
 
-A record is a line of ``messages.jsonl``: ``seq``, the message as posted (OpenAI shape plus the
-seeds' ``tool_name`` and any extras), ``timestamp`` and ``tokens``. The first record of a batch may
+A record is a line of ``messages.jsonl``: ``seq``, the message as posted (OpenAI shape plus
+``tool_name`` and any extras), ``timestamp`` and ``tokens``. The first record of a batch may
 carry ``batch_size`` (so recovery can tell a torn batch) and ``idempotency_key``/``request_hash``
 (so recovery can re-register a key whose commit was cut short).
 
@@ -11,6 +11,7 @@ The current line of a record is the message in OpenAI's request shape, one line 
 
 import copy
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,10 +19,10 @@ from typing import Any
 import orjson
 
 from app.context.effective import MASKED_BY, is_marker
-from app.errors import Conflict, InvalidInput, TooLarge
+from app.errors import Conflict, ErrorCode, InvalidInput, TooLarge
+from app.formats.costs import OTHER_FORMATS, TokenCosts, in_format
 from app.storage.jsonl import dumps_line
 from app.tokens.calibration import reported_output_tokens, reported_prompt_tokens
-from app.tokens.costs import OTHER_FORMATS, TokenCosts, in_format
 
 # A thread's anchor in its parent's context (app/threads/anchors.py): the thread's id.
 ANCHOR = "stelis_anchor"
@@ -68,7 +69,7 @@ def refuse_reserved(messages: list[dict[str, Any]]) -> None:
                 f"message {index}: {', '.join(map(repr, clash))} "
                 f"{'is a field' if len(clash) == 1 else 'are fields'} the service writes itself; "
                 "a message may not carry them (rename or drop them)",
-                code="reserved_field",
+                code=ErrorCode.RESERVED_FIELD,
                 details={"index": index, "fields": clash, "reserved": sorted(RESERVED_FIELDS)},
             )
 
@@ -131,7 +132,7 @@ def request_hash(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def openai_message(record: dict[str, Any]) -> dict[str, Any]:
+def openai_message(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record as an OpenAI chat message: only fields the request schema allows."""
     role = record["role"]
     message: dict[str, Any] = {"role": role, "content": record.get("content")}
@@ -201,7 +202,7 @@ class ContextAccumulator:
             if len(line) > max_message_bytes:
                 raise TooLarge(
                     f"message {index} is {len(line)} bytes; the limit is {max_message_bytes}",
-                    code="message_too_large",
+                    code=ErrorCode.MESSAGE_TOO_LARGE,
                     details={"index": index, "bytes": len(line), "limit": max_message_bytes},
                 )
             advance_tool_calls(open_calls, record)
@@ -234,7 +235,7 @@ def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: i
         raise InvalidInput(
             f"message {index}: tool call ids {repeated} appear more than once; each call of a "
             "message needs an id of its own",
-            code="duplicate_tool_call_id",
+            code=ErrorCode.DUPLICATE_TOOL_CALL_ID,
             details={"index": index, "tool_call_ids": repeated},
         )
     if record["role"] == "tool":
@@ -243,7 +244,7 @@ def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: i
         if match is None:
             raise InvalidInput(
                 f"message {index}: tool_call_id {call_id!r} answers no open assistant tool call",
-                code="unknown_tool_call",
+                code=ErrorCode.UNKNOWN_TOOL_CALL,
                 details={"index": index, "tool_call_id": call_id, "open": _ids(open_calls)},
             )
         record.setdefault("tool_name", match[1])
@@ -251,7 +252,7 @@ def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: i
         raise Conflict(
             f"message {index}: the assistant's tool calls {_ids(open_calls)} need their results "
             "before any other message",
-            code="tool_results_pending",
+            code=ErrorCode.TOOL_RESULTS_PENDING,
             details={"index": index, "open": _ids(open_calls)},
         )
 

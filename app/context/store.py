@@ -56,6 +56,7 @@ from app.db.models import ContextHead, Task, Thread
 from app.errors import (
     AppError,
     ContextFilesDamaged,
+    ErrorCode,
     InsufficientStorage,
     StorageError,
     StorageUnavailable,
@@ -64,12 +65,12 @@ from app.errors import (
     ThreadNotActive,
     ThreadNotFound,
 )
+from app.formats.costs import TokenCounting
 from app.storage.failures import storage_failure
 from app.storage.jsonl import first_damaged_line, fsync_dir, iter_lines, size_of, truncate
 from app.storage.layout import CURRENT, MESSAGES, STATUS_DIRS, Layout, context_dir
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
-from app.tokens.counting import TokenCounting
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,10 @@ class _RememberedRow:
     read_at: float
 
 
+# Called after each group commit with the context and the heads before and after; returns
+# whether compaction was scheduled (the condense trigger).
+AfterCommit = Callable[[LockedTask, HeadState, HeadState], Awaitable[bool]]
+
 # Starts the idempotency keys the service makes itself: no header value can hold it.
 SERVICE_KEY = "\x1f"
 
@@ -137,6 +142,7 @@ class ContextStore:
         counting: TokenCounting,
         settings: Settings,
         on_damaged_files: Callable[[], None] | None = None,
+        after_commit: AfterCommit | None = None,
     ) -> None:
         self.db = db
         self.layout = layout
@@ -158,11 +164,7 @@ class ContextStore:
         self._on_damaged_files = on_damaged_files
         self._max_message_bytes = settings.max_message_bytes
         self._appends = AppendQueues(self._commit_group)
-        # Called after each group commit with the context and the heads before and after;
-        # returns whether compaction was scheduled (wired by the lifespan to the condense job).
-        self.after_commit: Callable[[LockedTask, HeadState, HeadState], Awaitable[bool]] | None = (
-            None
-        )
+        self.after_commit = after_commit
 
     # -- locking and lookup ---------------------------------------------------------------
 
@@ -226,7 +228,7 @@ class ContextStore:
         if head is None:
             raise StorageError(
                 f"task {task_uuid} has no context head for thread {thread_id}",
-                code="head_missing",
+                code=ErrorCode.HEAD_MISSING,
             )
         await asyncio.to_thread(self._ensure_directory, task)
         committed = heads.head_state(head)
@@ -294,7 +296,7 @@ class ContextStore:
         if not found:
             raise StorageError(
                 f"the files of task {task.uuid} are missing",
-                code="task_files_missing",
+                code=ErrorCode.TASK_FILES_MISSING,
                 details={"uuid": task.uuid},
             )
         log.warning("task %s: moving its directory from %s to %s", task.uuid, found[0], expected)

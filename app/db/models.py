@@ -1,4 +1,5 @@
-"""Tables: tasks (the union of seed 000 §12 and seed 001 §2.2), context heads, idempotency keys."""
+"""Tables: tasks (the columns of both original designs' tasks tables, so their queries still
+work), context heads, jobs, threads, idempotency keys."""
 
 from datetime import datetime
 from typing import Any
@@ -49,7 +50,8 @@ class Task(Base):
     # rendering in tools_tokens, the other counted formats in format_tools_tokens.
     tools_tokens: Mapped[int] = mapped_column(Integer, default=0)
     format_tools_tokens: Mapped[dict[str, int]] = mapped_column(PortableJSON, default=dict)
-    # Calibration (SPEC §7): what the LLM reported over what we counted, smoothed and bounded.
+    # Calibration (app/tokens/calibration.py): what the LLM reported over what we counted,
+    # smoothed and bounded.
     token_calibration: Mapped[float] = mapped_column(Float, default=1.0)
     calibration_samples: Mapped[int] = mapped_column(Integer, default=0)
     # The counted tokens of the last payload served, waiting for a reported usage to compare.
@@ -64,7 +66,7 @@ class Task(Base):
     pinned_plan: Mapped[str | None] = mapped_column(Text)
     plan_tokens: Mapped[int] = mapped_column(Integer, default=0)
     format_plan_tokens: Mapped[dict[str, int]] = mapped_column(PortableJSON, default=dict)
-    # What this task inherited from an earlier run (seed 000 §8), with the notification comment.
+    # What this task inherited from an earlier run, with the notification comment.
     inheritance: Mapped[dict[str, Any] | None] = mapped_column(PortableJSON)
     # Hash of the creation body: a re-POST with the same uuid is idempotent only if it matches.
     create_fingerprint: Mapped[str] = mapped_column(String(64))
@@ -138,8 +140,8 @@ class Job(Base):
 
 
 class Thread(Base):
-    """A nested context of a task (seed 003's stelis_threads, scoped by task). The task's root
-    context is thread 0 and has no row."""
+    """A nested context of a task (the original thread design's table, scoped by task). The
+    task's root context is thread 0 and has no row."""
 
     __tablename__ = "threads"
 

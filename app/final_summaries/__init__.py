@@ -1,1 +1,1 @@
-"""Final summaries: what a finished run leaves behind for the next one (seed 000 §7.4)."""
+"""Final summaries: what a finished run leaves behind for the next one."""

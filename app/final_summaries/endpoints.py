@@ -1,12 +1,17 @@
 """/tasks/{uuid}/final-summary."""
 
+from typing import Annotated
+
 from fastapi import APIRouter, Response, status
 
-from app.api.deps import ServicesDep, TaskUUID
+from app.api.deps import TaskUUID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.final_summaries.schemas import FinalSummaryOut
+from app.final_summaries.service import FinalSummaryService
 from app.jobs.schemas import JobOut
+
+FinalSummariesDep = Annotated[FinalSummaryService, service("final_summaries")]
 
 router = APIRouter(
     route_class=OrjsonRoute, prefix="/tasks/{uuid}", tags=["lifecycle"], responses=ERROR_RESPONSES
@@ -19,10 +24,10 @@ router = APIRouter(
     responses={202: {"model": FinalSummaryOut, "description": "Pending: its job is under way"}},
 )
 async def get_final_summary(
-    uuid: TaskUUID, services: ServicesDep, response: Response
+    uuid: TaskUUID, final_summaries: FinalSummariesDep, response: Response
 ) -> FinalSummaryOut:
     """The summary a completed or failed task left behind (409 while it is not finished)."""
-    found = await services.final_summaries.get(uuid)
+    found = await final_summaries.get(uuid)
     if found.status == "pending":
         response.status_code = status.HTTP_202_ACCEPTED
     job = found.job

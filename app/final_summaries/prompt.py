@@ -1,4 +1,4 @@
-"""The final-summary prompt (seed 000 §7.7: the system message of the final-summary request)."""
+"""The final-summary prompt: the system message of the final-summary request."""
 
 FINAL_SUMMARY_PROMPT = """\
 You are writing the final summary of a finished run of a coding agent. The next run on the \

@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.compaction.summarizer import Summarizer
 from app.context.files import ContextFiles, History
 from app.context.store import ContextStore
 from app.db.models import Job
-from app.errors import Conflict
+from app.errors import Conflict, ErrorCode
 from app.final_summaries.prompt import FINAL_SUMMARY_PROMPT, header
 from app.jobs.queue import JobQueue
+from app.lifecycle import FINISHED
 from app.llm.errors import LLMError
 from app.storage.jsonl import write_atomic
 from app.storage.layout import FINAL_SUMMARY
-from app.tasks.lifecycle import FINISHED
+from app.summaries.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class FinalSummaryService:
             if task.status not in FINISHED:
                 raise Conflict(
                     f"task {task_uuid} is {task.status}: final summaries follow complete or fail",
-                    code="task_not_finished",
+                    code=ErrorCode.TASK_NOT_FINISHED,
                     details={"uuid": task_uuid, "status": task.status},
                 )
             text = await asyncio.to_thread(read_final_summary, self.store.task_dir(task))

@@ -2,7 +2,7 @@
 
 Every format turns the effective context (one OpenAI chat message a line) into its provider's
 request without ever holding the whole context, and says what a message costs as it renders
-it, so the budget check can use the tokens of the payload actually served (issue #4).
+it, so the budget check can use the tokens of the payload actually served.
 
 A payload is ``prefix + renderer(chunk, last)... + suffix``: the envelope gives the bytes around
 the rendered messages; a fresh renderer is fed whole lines, in order, ``last`` on the final

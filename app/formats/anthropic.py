@@ -39,7 +39,8 @@ converted, when the task has tools. OpenAI function tools become ``name``, ``des
 ``input_schema``.
 
 Accounting, in this format's own terms: a block costs ``PER_BLOCK`` plus its content (text;
-tool_use: id + name + compact JSON of input; tool_result: id + content; image: as seed 002).
+tool_use: id + name + compact JSON of input; tool_result: id + content; image: as
+:mod:`app.tokens.accounting` counts one).
 Turns cost nothing, so merging never changes a sum and a message's cost is known on its own.
 ``message_tokens`` of a system message is the larger of its two renderings. The stored sum is
 thus exact except: a leading system message's cost as system text is at most that maximum;

@@ -1,6 +1,6 @@
 """Ollama chat (``POST /api/chat``), streamed from OpenAI-shaped lines. Pure.
 
-How an OpenAI message becomes an Ollama message (``docs/api.md`` and ``api/types.go``):
+How an OpenAI message becomes an Ollama message (Ollama's ``docs/api.md`` and ``api/types.go``):
 
 - ``content`` is always a string: text parts joined by newlines. Inline images (data URLs of
   jpeg/png/gif/webp) go to ``images`` as bare base64; other images, audio and files become a
@@ -19,10 +19,10 @@ false unless the defaults say otherwise, so the answer is one JSON object as wit
 formats. Tools keep the OpenAI function shape, which Ollama accepts.
 
 Accounting, in this format's own terms, mirrors OpenAI's over the Ollama message: framing per
-message, content, compact JSON arguments, ``tool_name``, ``tool_call_id`` and images as in
-seed 002. A tool result's ``tool_name`` is paid for by the call it answers, since a result does
-not know its call's name on its own; the stored sum is thus exact, and over by a name for each
-call never answered.
+message, content, compact JSON arguments, ``tool_name``, ``tool_call_id`` and images as
+:mod:`app.tokens.accounting` counts them. A tool result's ``tool_name`` is paid for by the call
+it answers, since a result does not know its call's name on its own; the stored sum is thus
+exact, and over by a name for each call never answered.
 """
 
 from collections import deque

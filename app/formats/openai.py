@@ -1,4 +1,4 @@
-"""OpenAI chat completions (``POST /v1/chat/completions``; SPEC §5, seed 001 §5.2). Pure.
+"""OpenAI chat completions (``POST /v1/chat/completions``). Pure.
 
 ``current.jsonl`` already holds one OpenAI message per line, so the request is an envelope
 around those lines joined with commas: no message is ever parsed or held whole.

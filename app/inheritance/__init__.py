@@ -1,1 +1,1 @@
-"""Inheritance (seed 000 §8): a new run on the same task starts from what the last one left."""
+"""Inheritance: a new run on the same task key starts from what the last finished one left."""

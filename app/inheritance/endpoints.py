@@ -1,4 +1,4 @@
-"""/inheritance/candidates and /tasks/{uuid}/inheritance (seed 000 §8)."""
+"""/inheritance/candidates and /tasks/{uuid}/inheritance (docs/decisions.md, Inheritance)."""
 
 import asyncio
 from typing import Annotated
@@ -7,13 +7,19 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from app.api.deps import ServicesDep, TaskUUID
+from app.api.deps import TaskUUID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.auth.dependencies import require_unscoped
+from app.context.store import ContextStore
+from app.inheritance.presenters import inheritance_out
+from app.inheritance.schemas import Candidate, CandidatePage, InheritanceOut
+from app.inheritance.service import InheritanceService
 from app.storage.layout import FINAL_SUMMARY
-from app.tasks.presenters import inheritance_out
-from app.tasks.schemas import Candidate, CandidatePage, InheritanceOut, TaskKey
+from app.task_key import TaskKey
+
+InheritanceDep = Annotated[InheritanceService, service("inheritance")]
+StoreDep = Annotated[ContextStore, service("store")]
 
 router = APIRouter(route_class=OrjsonRoute, tags=["lifecycle"], responses=ERROR_RESPONSES)
 
@@ -24,7 +30,8 @@ router = APIRouter(route_class=OrjsonRoute, tags=["lifecycle"], responses=ERROR_
     dependencies=[Depends(require_unscoped)],
 )
 async def inheritance_candidates(
-    services: ServicesDep,
+    inheritance: InheritanceDep,
+    store: StoreDep,
     task_source: str,
     owner: str,
     repo: str,
@@ -41,8 +48,8 @@ async def inheritance_candidates(
         )
     except ValidationError as exc:  # the parts' limits are TaskKey's: a 422 like any other
         raise RequestValidationError(exc.errors(include_url=False), body=None) from None
-    tasks = await services.inheritance.candidates(key, user, limit)
-    layout = services.store.layout
+    tasks = await inheritance.candidates(key, user, limit)
+    layout = store.layout
 
     def ready() -> list[bool]:
         return [(layout.task_dir(t.status, t.uuid) / FINAL_SUMMARY).is_file() for t in tasks]
@@ -62,6 +69,6 @@ async def inheritance_candidates(
 
 
 @router.get("/tasks/{uuid}/inheritance", response_model=InheritanceOut)
-async def task_inheritance(uuid: TaskUUID, services: ServicesDep) -> InheritanceOut:
+async def task_inheritance(uuid: TaskUUID, inheritance: InheritanceDep) -> InheritanceOut:
     """What the task inherited at creation, with the notification comment (nulls if nothing)."""
-    return inheritance_out(await services.tasks.get(uuid))
+    return inheritance_out(await inheritance.task(uuid))

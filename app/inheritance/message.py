@@ -1,4 +1,4 @@
-"""The inherited context message and the notification comment (seed 000 §8.4, §8.5). Pure."""
+"""The inherited context message and the notification comment. Pure."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,7 +59,7 @@ def when(moment: datetime | None) -> str:
 
 
 def planning_entry(entry: dict[str, Any]) -> str:
-    """Seed 000 §8.10: an entry with its time, type and content."""
+    """A planning entry as the inherited message shows it: its time, type and content."""
     content = entry.get("plan_content")
     if not isinstance(content, str):
         content = orjson.dumps(content, option=orjson.OPT_INDENT_2).decode()
@@ -158,7 +158,7 @@ def inherited_message(
 
 
 def notification_comment(previous: Previous) -> str:
-    """Seed 000 §8.5: for the agent to post on the issue."""
+    """The notification comment, for the agent to post on the issue it works on."""
     lines = [
         f"Continuing from a previous run of this task: {previous.uuid} ({previous.status}, "
         f"finished {when(previous.completed_at)}).",

@@ -1,4 +1,5 @@
-"""Finding the earlier run of a task and reading what it left behind (seed 000 §8.2-§8.9)."""
+"""Finding the earlier run of a task and reading what it left behind: its final summary,
+planning history and metadata."""
 
 import asyncio
 import logging
@@ -10,19 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import select
 
 from app.context.store import ContextStore
 from app.db.models import Task
-from app.errors import NotFound, StorageError
+from app.errors import NotFound, StorageError, TaskNotFound
 from app.final_summaries.service import KIND as FINAL_SUMMARY
 from app.final_summaries.service import read_final_summary
+from app.inheritance import repository
 from app.inheritance.message import Previous, inherited_message, notification_comment
 from app.jobs.queue import ACTIVE, JobQueue
 from app.storage.jsonl import iter_lines_backward
 from app.storage.layout import PLANNING, SUMMARIES
-from app.tasks.lifecycle import FINISHED
-from app.tasks.schemas import TaskKey
+from app.task_key import TaskKey
 from app.tokens.counters import TextCounter
 
 _POLL_S = 0.2
@@ -45,16 +45,18 @@ class InheritanceService:
         self.jobs = jobs
         self.wait_s = wait_s
 
+    async def task(self, task_uuid: str) -> Task:
+        """The task's row, for what it inherited (set at creation, never changed after)."""
+        async with self.store.db.reader() as session:
+            task = await session.get(Task, task_uuid)
+        if task is None:
+            raise TaskNotFound(task_uuid)
+        return task
+
     async def candidates(self, key: TaskKey, user: str | None, limit: int) -> list[Task]:
         """Finished tasks with this key and user, newest completion first."""
-        query = select(Task).where(
-            *(getattr(Task, name) == value for name, value in key.model_dump().items()),
-            Task.user.is_(None) if user is None else Task.user == user,
-            Task.status.in_(FINISHED),
-        )
-        query = query.order_by(Task.completed_at.desc(), Task.uuid.desc()).limit(limit)
         async with self.store.db.reader() as session:
-            return list(await session.scalars(query))
+            return await repository.finished_runs(session, key, user, limit)
 
     async def prepare(
         self, key: TaskKey, user: str | None, counter: TextCounter, limit: int

@@ -4,11 +4,11 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 
 from app.db.engine import Database
 from app.db.models import Job
-from app.errors import NotFound
+from app.errors import ErrorCode, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,16 @@ class JobQueue:
             )
         return found is not None
 
+    async def active_counts(self) -> dict[tuple[str, str], int]:
+        """Queued and running jobs by (kind, status)."""
+        async with self.db.reader() as session:
+            rows = await session.execute(
+                select(Job.kind, Job.status, func.count())
+                .where(Job.status.in_(ACTIVE))
+                .group_by(Job.kind, Job.status)
+            )
+            return {(str(kind), str(status)): int(n) for kind, status, n in rows}
+
     async def latest(self, task_uuid: str, kind: str) -> Job | None:
         """The newest job of this kind for the task."""
         async with self.db.reader() as session:
@@ -103,7 +113,7 @@ class JobQueue:
         async with self.db.reader() as session:
             job = await session.get(Job, job_id)
         if job is None:
-            raise NotFound(f"job {job_id} does not exist", code="job_not_found")
+            raise NotFound(f"job {job_id} does not exist", code=ErrorCode.JOB_NOT_FOUND)
         return job
 
     async def list(self, *, task_uuid: str | None, status: str | None, limit: int) -> list[Job]:

@@ -16,7 +16,8 @@ T = TypeVar("T")
 class JournalService:
     """One journal kind: ``file_name`` in the task directory, records numbered by ``key``.
 
-    ``time_field`` names the record's timestamp as its seed does.
+    ``time_field`` names the record's timestamp as the original design's file of that kind
+    does.
     """
 
     def __init__(

@@ -1,2 +1,2 @@
 """Operators' housekeeping: what needs their eye (orphans), and removal of finished tasks
-older than a cutoff (SPEC §10)."""
+older than a cutoff."""

@@ -17,15 +17,13 @@ from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 
-from sqlalchemy import and_, or_, select
-
 from app.config import Settings
+from app.context.reconcile import find_orphans
 from app.db.engine import Database
-from app.db.models import Task
-from app.errors import AppError, InvalidInput, TaskNotFound
+from app.errors import AppError, ErrorCode, InvalidInput, TaskNotFound
+from app.lifecycle import FINISHED
 from app.maintenance.schemas import CleanupReport, MaintenanceReport
-from app.storage.reconcile import find_orphans
-from app.tasks.lifecycle import FINISHED
+from app.tasks import repository
 from app.tasks.service import TaskService
 
 log = logging.getLogger(__name__)
@@ -76,7 +74,7 @@ class MaintenanceService:
                 # request into "remove every finished task".
                 raise InvalidInput(
                     "older_than_days is required when CLEANUP_DAYS is 0",
-                    code="older_than_days_required",
+                    code=ErrorCode.OLDER_THAN_DAYS_REQUIRED,
                 )
             older_than_days = self.settings.cleanup_days
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
@@ -118,28 +116,15 @@ class MaintenanceService:
 
     async def _candidates(self, cutoff: datetime) -> AsyncGenerator[str, None]:
         """Finished tasks completed before ``cutoff``, oldest first, read a batch at a time."""
-        query = (
-            select(Task.uuid, Task.completed_at)
-            .where(Task.status.in_(FINISHED), Task.completed_at < cutoff)
-            .order_by(Task.completed_at, Task.uuid)
-            .limit(self.batch)
-        )
         after: tuple[datetime, str] | None = None
         while True:
-            page = query
-            if after is not None:
-                at, last = after
-                page = query.where(
-                    or_(Task.completed_at > at, and_(Task.completed_at == at, Task.uuid > last))
-                )
             async with self.db.reader() as session:
-                rows = (await session.execute(page)).all()
+                rows = await repository.finished_before(session, cutoff, after, self.batch)
             for task_uuid, _ in rows:
                 yield task_uuid
             if len(rows) < self.batch:
                 return
             last_uuid, completed_at = rows[-1]
-            assert completed_at is not None  # the query only selects finished tasks
             after = completed_at, last_uuid
 
     async def _remove(self, task_uuid: str, cutoff: datetime) -> _Outcome:
@@ -147,12 +132,8 @@ class MaintenanceService:
         # since its batch was read. Finished is a final status, so it cannot change before the
         # delete below takes the lock.
         async with self.db.reader() as session:
-            row = (
-                await session.execute(
-                    select(Task.status, Task.completed_at).where(Task.uuid == task_uuid)
-                )
-            ).one_or_none()
-        if row is None or row.status not in FINISHED or not _before(row.completed_at, cutoff):
+            found = await repository.completion(session, task_uuid)
+        if found is None or found[0] not in FINISHED or not _before(found[1], cutoff):
             return _Outcome.SKIPPED
         try:
             await self.tasks.delete(task_uuid)

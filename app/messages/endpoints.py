@@ -4,10 +4,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Query, Response, status
 
-from app.api.deps import ServicesDep, TaskUUID, ThreadID
+from app.api.deps import TaskUUID, ThreadID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.messages.schemas import AppendBody, AppendResult, MessagePage
+from app.messages.service import MessageService
+
+MessagesDep = Annotated[MessageService, service("messages")]
 
 router = APIRouter(
     route_class=OrjsonRoute,
@@ -20,7 +23,7 @@ router = APIRouter(
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=AppendResult)
 async def append_messages(
     uuid: TaskUUID,
-    services: ServicesDep,
+    messages: MessagesDep,
     response: Response,
     body: Annotated[
         AppendBody,
@@ -73,7 +76,7 @@ async def append_messages(
 ) -> AppendResult:
     """Append one message or a batch to the task's root context or one of its active threads;
     durable before the answer."""
-    result, replayed = await services.messages.append(uuid, body, idempotency_key, thread_id)
+    result, replayed = await messages.append(uuid, body, idempotency_key, thread_id)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return result
@@ -82,10 +85,10 @@ async def append_messages(
 @router.get("", response_model=MessagePage)
 async def list_messages(
     uuid: TaskUUID,
-    services: ServicesDep,
+    messages: MessagesDep,
     after_seq: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     thread_id: ThreadID = 0,
 ) -> MessagePage:
     """The full history of a context (its messages.jsonl), paginated by seq."""
-    return await services.messages.history(uuid, after_seq, limit, thread_id)
+    return await messages.history(uuid, after_seq, limit, thread_id)

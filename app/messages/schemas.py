@@ -1,4 +1,5 @@
-"""Message bodies: the OpenAI chat message shape, plus the seeds' ``tool_name``.
+"""Message bodies: the OpenAI chat message shape, plus ``tool_name`` on a tool result (the
+field the original design's clients send).
 
 Unknown extra fields are accepted and kept in ``messages.jsonl`` (but for the names the service
 reserves for its own records: app/context/records.py), payloads carry only what the provider's
@@ -136,7 +137,7 @@ class MessageIn(BaseModel):
     name: str | None = Field(None, min_length=1, max_length=255)
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = Field(None, min_length=1, max_length=255)
-    tool_name: str | None = Field(None, description="The seeds' tool name on tool results.")
+    tool_name: str | None = Field(None, description="The tool's name, on a tool result.")
     usage: Usage | None = Field(None, description="Reported by the LLM: counts as an LLM call.")
 
     @model_validator(mode="after")

@@ -4,7 +4,7 @@ import asyncio
 
 from app.config import Settings
 from app.context.store import ContextStore
-from app.errors import TooLarge
+from app.errors import ErrorCode, TooLarge
 from app.messages.schemas import AppendResult, MessageBatch, MessageIn, MessagePage, MessageRecord
 from app.observability.metrics import Metrics
 from app.storage.jsonl import read_page
@@ -30,7 +30,7 @@ class MessageService:
         if len(messages) > self.settings.max_batch_messages:
             raise TooLarge(
                 f"a batch may hold at most {self.settings.max_batch_messages} messages",
-                code="batch_too_large",
+                code=ErrorCode.BATCH_TOO_LARGE,
                 details={"messages": len(messages), "limit": self.settings.max_batch_messages},
             )
         response, replayed = await self.store.append(

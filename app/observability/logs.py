@@ -1,5 +1,5 @@
 """Logging: one configuration for the service and uvicorn, as text or one JSON object a line,
-with the uuid of the task a line is about (SPEC §10).
+with the uuid of the task a line is about.
 
 The uuid comes from a context variable, set for the duration of a request on a task's path
 (:mod:`app.observability.middleware`) and of a background job (:mod:`app.jobs.runner`), so

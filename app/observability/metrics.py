@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC §10), served as text by ``GET /metrics``.
+"""Prometheus metrics, served as text by ``GET /metrics``.
 
 One :class:`Metrics` per app, with its own registry: nothing is registered globally, so several
 apps in one process (the tests) never mix their samples. Counters and histograms are moved by
@@ -9,22 +9,35 @@ process counts its own requests: a scrape sees the worker that answered it.
 
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Concatenate, ParamSpec, Protocol, TypeVar, get_args
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from sqlalchemy import func, select
 
-from app.db.engine import Database
-from app.db.models import Job, Task
-from app.jobs.queue import ACTIVE
-from app.tasks.schemas import TaskStatus
-
-__all__ = ["CONTENT_TYPE", "Metrics", "timed_compaction"]
+__all__ = ["CONTENT_TYPE", "JobCounts", "Metrics", "TaskCounts", "timed_compaction"]
 
 # The classic text format: every Prometheus version reads it (prometheus-client's own
 # CONTENT_TYPE_LATEST moved to 1.0.0, which older servers do not negotiate).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class TaskCounts:
+    """Tasks by status, and every status there is (each shown, 0 when none)."""
+
+    counts: Mapping[str, int]
+    statuses: Iterable[str]
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """Queued and running jobs by (kind, status), with every kind and status to show."""
+
+    counts: Mapping[tuple[str, str], int]
+    kinds: Iterable[str]
+    statuses: Iterable[str]
+
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _SLOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -106,25 +119,17 @@ class Metrics:
 
     # -- read at scrape time --------------------------------------------------------------
 
-    async def refresh(self, db: Database, job_kinds: Iterable[str]) -> None:
-        """Fill the gauges from the database; known statuses and kinds show 0, not nothing."""
-        async with db.reader() as session:
-            tasks = await session.execute(select(Task.status, func.count()).group_by(Task.status))
-            task_counts = {str(status): int(n) for status, n in tasks}
-            jobs = await session.execute(
-                select(Job.kind, Job.status, func.count())
-                .where(Job.status.in_(ACTIVE))
-                .group_by(Job.kind, Job.status)
-            )
-            job_counts = {(str(kind), str(status)): int(n) for kind, status, n in jobs}
-        # No await from here on: a concurrent scrape never sees the gauges half filled.
+    def set_counts(self, tasks: TaskCounts, jobs: JobCounts) -> None:
+        """Fill the gauges that describe the database (read at scrape time); known statuses
+        and kinds show 0, not nothing. Synchronous: a concurrent scrape never sees the
+        gauges half filled."""
         self.tasks.clear()
-        for status in (*get_args(TaskStatus), *task_counts):
-            self.tasks.labels(status).set(task_counts.get(status, 0))
+        for status in (*tasks.statuses, *tasks.counts):
+            self.tasks.labels(status).set(tasks.counts.get(status, 0))
         self.jobs.clear()
-        for kind in {*job_kinds, *(kind for kind, _ in job_counts)}:
-            for status in ACTIVE:
-                self.jobs.labels(kind, status).set(job_counts.get((kind, status), 0))
+        for kind in {*jobs.kinds, *(kind for kind, _ in jobs.counts)}:
+            for status in jobs.statuses:
+                self.jobs.labels(kind, status).set(jobs.counts.get((kind, status), 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,1 +1,1 @@
-"""Operations: health and readiness (stats, metrics and cleanup arrive later)."""
+"""Operations: liveness, readiness and the Prometheus metrics endpoint."""

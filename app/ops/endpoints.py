@@ -3,18 +3,33 @@
 import asyncio
 import os
 from pathlib import Path
+from typing import Annotated, get_args
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import URL, text
 
-from app.api.deps import ServicesDep
+from app.api.deps import service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.auth.dependencies import require_unscoped
-from app.observability.metrics import CONTENT_TYPE
+from app.config import Settings
+from app.context.store import ContextStore
+from app.db.engine import Database
+from app.jobs.queue import ACTIVE, JobQueue
+from app.jobs.runner import JobRunner
+from app.lifecycle import TaskStatus
+from app.observability.metrics import CONTENT_TYPE, JobCounts, Metrics, TaskCounts
+from app.tasks.repository import count_by_status
 
 ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorResponse"}
+
+DbDep = Annotated[Database, service("db")]
+JobsDep = Annotated[JobQueue, service("jobs")]
+MetricsDep = Annotated[Metrics, service("metrics")]
+RunnerDep = Annotated[JobRunner, service("runner")]
+SettingsDep = Annotated[Settings, service("settings")]
+StoreDep = Annotated[ContextStore, service("store")]
 
 router = APIRouter(route_class=OrjsonRoute, tags=["ops"])
 
@@ -28,21 +43,21 @@ async def healthz() -> dict[str, str]:
 @router.get(
     "/readyz", responses={503: {"description": "The database or the store cannot take a write"}}
 )
-async def readyz(services: ServicesDep) -> JSONResponse:
+async def readyz(db: DbDep, settings: SettingsDep, store: StoreDep) -> JSONResponse:
     """The database answers, and the store can take a write: CONTEXT_DIR (and the directory of
     a SQLite database elsewhere) is writable and has READY_MIN_FREE_BYTES free. Each check says
     what is wrong when it fails."""
     checks: dict[str, str] = {}
     try:
-        async with services.db.reader() as session:
+        async with db.reader() as session:
             await session.execute(text("SELECT 1"))
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
-    floor = services.settings.ready_min_free_bytes
-    root = services.store.layout.root
+    floor = settings.ready_min_free_bytes
+    root = store.layout.root
     checks["context_dir"] = await asyncio.to_thread(_writable_with_room, root, floor)
-    database_dir = _sqlite_directory(services.db.engine.url)
+    database_dir = _sqlite_directory(db.engine.url)
     if database_dir is not None and database_dir != root:
         checks["database_dir"] = await asyncio.to_thread(_writable_with_room, database_dir, floor)
     ready = all(v == "ok" for v in checks.values())
@@ -103,9 +118,14 @@ context_messages_appended_total 418.0
         },
     },
 )
-async def metrics(services: ServicesDep) -> PrometheusResponse:
+async def metrics(
+    db: DbDep, jobs: JobsDep, app_metrics: MetricsDep, runner: RunnerDep
+) -> PrometheusResponse:
     """Prometheus metrics: request latency by route, tasks by status, job queue depth, appended
     messages, compactions and their duration, chat backend latency and errors. Counters are
     this process's (with several workers, the one that answers the scrape)."""
-    await services.metrics.refresh(services.db, services.runner.handlers)
-    return PrometheusResponse(services.metrics.render())
+    async with db.reader() as session:
+        tasks = TaskCounts(await count_by_status(session), get_args(TaskStatus))
+    active = JobCounts(await jobs.active_counts(), runner.handlers, ACTIVE)
+    app_metrics.set_counts(tasks, active)
+    return PrometheusResponse(app_metrics.render())

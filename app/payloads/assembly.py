@@ -1,4 +1,4 @@
-"""Gathering what a context's payload is made of, under the task lock (SPEC §8).
+"""Gathering what a context's payload is made of, under the task lock.
 
 The root context (thread 0) is its current.jsonl. A thread's payload is, first, the protected
 region of each context above it, root first (the region of the parent keeps the parent's
@@ -19,20 +19,20 @@ from typing import Any
 
 import orjson
 
+from app.budgets.windows import ROOT, chain_of, chain_ratios, protected_shares
 from app.compaction.service import elided
 from app.context.files import ContextFiles
 from app.context.records import ANCHOR_TOKENS, HeadState
 from app.context.store import ContextStore, LockedTask, Snapshot
 from app.db.models import Task, Thread
 from app.formats import counting_format, provider_format
+from app.formats.costs import TokenCosts, in_format
 from app.formats.parts import plain_text
 from app.planning.pinning import pinned_line
 from app.storage.jsonl import iter_lines_backward
 from app.storage.layout import context_dir
 from app.threads.anchors import AnchorFacts, anchor_id, rendered_line, seen_from_inside
 from app.threads.protected import protected_region
-from app.threads.windows import ROOT, chain_of, chain_ratios, protected_shares
-from app.tokens.costs import TokenCosts, in_format
 
 LATEST_EXCHANGES = 3
 MESSAGE_SHARE = 4  # no message takes more than a quarter of a protected region

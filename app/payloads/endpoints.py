@@ -5,15 +5,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import ServicesDep, TaskUUID, ThreadID
+from app.api.deps import TaskUUID, ThreadID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.payloads.schemas import ContextView, FormatName
+from app.payloads.service import PayloadService
 
 FormatQuery = Annotated[
     FormatName | None,
     Query(description="The provider's request format; default: the task's llm_provider's."),
 ]
+
+PayloadsDep = Annotated[PayloadService, service("payloads")]
 
 router = APIRouter(
     route_class=OrjsonRoute, prefix="/tasks/{uuid}", tags=["context"], responses=ERROR_RESPONSES
@@ -66,13 +69,13 @@ _REQUEST_HEADERS = (
     },
 )
 async def get_request(
-    uuid: TaskUUID, services: ServicesDep, format: FormatQuery = None, thread_id: ThreadID = 0
+    uuid: TaskUUID, payloads: PayloadsDep, format: FormatQuery = None, thread_id: ThreadID = 0
 ) -> StreamingResponse:
     """The assembled LLM request payload, streamed from current.jsonl: OpenAI's chat
     completions (also LM Studio's), Anthropic's messages or Ollama's chat request. For a
     thread: the protected regions of the contexts above it (their latest messages, root
     first), then its own context."""
-    payload = await services.payloads.request(uuid, format, thread_id)
+    payload = await payloads.request(uuid, format, thread_id)
     return StreamingResponse(payload.body, media_type="application/json", headers=payload.headers)
 
 
@@ -82,10 +85,10 @@ async def get_request(
     responses={200: {"model": ContextView, "description": "The effective context, annotated."}},
 )
 async def get_context(
-    uuid: TaskUUID, services: ServicesDep, format: FormatQuery = None, thread_id: ThreadID = 0
+    uuid: TaskUUID, payloads: PayloadsDep, format: FormatQuery = None, thread_id: ThreadID = 0
 ) -> StreamingResponse:
     """The effective context with per-message tokens, budget, threshold and next action."""
     return StreamingResponse(
-        await services.payloads.context_view(uuid, format, thread_id),
+        await payloads.context_view(uuid, format, thread_id),
         media_type="application/json",
     )

@@ -7,15 +7,15 @@ from typing import Any
 
 import orjson
 
+from app.budgets.service import Budgets, tools_tokens
 from app.compaction.service import CompactionService
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
-from app.errors import Conflict, TaskNotWritable, ThreadNotActive, TooLarge
+from app.errors import Conflict, ErrorCode, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import FORMATS, PayloadFormat, provider_format
 from app.payloads.assembly import Assembler, Assembly
 from app.payloads.streaming import stream_lines
 from app.planning.pinning import with_pinned
-from app.tasks.service import TaskService, tools_tokens
 from app.threads.anchors import with_anchors
 from app.tokens.counters import TextCounter
 
@@ -28,25 +28,26 @@ class PayloadStream:
 
 class PayloadService:
     def __init__(
-        self, store: ContextStore, tasks: TaskService, compaction: CompactionService
+        self, store: ContextStore, budgets: Budgets, compaction: CompactionService
     ) -> None:
         self.store = store
-        self.tasks = tasks
+        self.budgets = budgets
         self.compaction = compaction
-        self.assembler = Assembler(store, lambda task: tasks.budget(task).allowed)
+        self.assembler = Assembler(store, lambda task: budgets.budget(task).allowed)
 
     async def request(
         self, task_uuid: str, format_name: str | None, thread_id: int = 0
     ) -> PayloadStream:
         """The request payload of a context in a provider's format (default: the task's
-        provider's); never over the budget as that format counts (SPEC §3.3). A thread's own
-        context is compacted within its own share; its ancestors' regions fit theirs."""
+        provider's); never over the budget as that format counts (TooLarge instead). A
+        thread's own context is compacted within its own share; its ancestors' regions fit
+        theirs."""
         assembly = await self.assembler.open(task_uuid, thread_id, format_name)
         name, counted_as = assembly.format, assembly.counted_as
         for _ in range(3):  # appends may race the compaction; each round re-checks
             context, head = assembly.context, assembly.snapshot.head
-            tokens = self.tasks.context_tokens(context, head, counted_as)
-            if tokens <= self.tasks.context_budget(context).allowed:
+            tokens = self.budgets.context_tokens(context, head, counted_as)
+            if tokens <= self.budgets.context_budget(context).allowed:
                 break
             if context.task.status != "running" or _ended(context):
                 break
@@ -90,22 +91,22 @@ class PayloadService:
     def _check_servable(self, assembly: Assembly, counted_as: str) -> tuple[int, dict[str, str]]:
         context, head = assembly.context, assembly.snapshot.head
         task = context.task
-        budget = self.tasks.context_budget(context)
-        own = self.tasks.context_tokens(context, head, counted_as)
+        budget = self.budgets.context_budget(context)
+        own = self.budgets.context_tokens(context, head, counted_as)
         if head.current_messages == 0 and not assembly.protected:
             raise Conflict(
-                f"task {task.uuid} has no messages yet", code="context_empty", details={}
+                f"task {task.uuid} has no messages yet", code=ErrorCode.CONTEXT_EMPTY, details={}
             )
         if own > budget.allowed:
             raise TooLarge(
                 f"the context has {own} tokens; the budget is {budget.allowed}",
-                code="context_over_budget",
+                code=ErrorCode.CONTEXT_OVER_BUDGET,
                 details={"tokens": own, "budget": budget.allowed, "window": budget.window},
             )
         tokens = own + assembly.protected_tokens
         headers = {
             "X-Context-Tokens": str(tokens),
-            "X-Context-Budget": str(self.tasks.budget(task).allowed),
+            "X-Context-Budget": str(self.budgets.budget(task).allowed),
             "X-Token-Counter": self._counter(task).name,
             "X-Token-Calibration": str(task.token_calibration),
         }
@@ -135,8 +136,8 @@ class PayloadService:
         except BaseException:
             snapshot.close()
             raise
-        budget = self.tasks.context_budget(context)
-        tokens = self.tasks.context_tokens(context, head, counted_as)
+        budget = self.budgets.context_budget(context)
+        tokens = self.budgets.context_tokens(context, head, counted_as)
         overview = {
             "uuid": task.uuid,
             "thread_id": context.thread_id,
@@ -153,7 +154,7 @@ class PayloadService:
                 "samples": task.calibration_samples,
                 "estimated_real_tokens": round(tokens * task.token_calibration),
             },
-            "compaction": asdict(self.tasks.compaction_options(task)),
+            "compaction": asdict(self.budgets.compaction_options(task)),
             "next_action": budget.next_action(tokens),
             "next_step": next_step,
             "message_count": head.current_messages,

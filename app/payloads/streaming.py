@@ -4,7 +4,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from app.context.store import Snapshot
-from app.errors import StorageError
+from app.errors import ErrorCode, StorageError
 from app.storage.jsonl import CHUNK
 
 
@@ -17,7 +17,7 @@ async def committed_chunks(snapshot: Snapshot, size: int) -> AsyncIterator[tuple
         if not data:
             raise StorageError(
                 f"task {snapshot.task.uuid}: a context file is shorter than its committed head",
-                code="storage_corrupt",
+                code=ErrorCode.STORAGE_CORRUPT,
             )
         remaining -= len(data)
         data = carry + data

@@ -1,1 +1,2 @@
-"""Planning history (planning.jsonl, seed 000 §11.5)."""
+"""Planning history (planning.jsonl): plan entries, their items, and the plan pinned in every
+payload."""

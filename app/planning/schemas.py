@@ -1,4 +1,5 @@
-"""Planning entries, with seed 000 §11.5's field names, and the plan items an entry may carry."""
+"""Planning entries, with the field names of the original design's planning.jsonl (plan_type,
+plan_content, created_at), and the plan items an entry may carry."""
 
 from typing import Any
 

@@ -9,20 +9,21 @@ plan cannot crowd out the conversation.
 """
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import update
 
+from app.budgets.service import Budgets
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
 from app.formats import native_format
 from app.journals.service import JournalService
+from app.planning import repository
 from app.planning.items import CurrentItems, latest_items, render_items
 from app.planning.pinning import pinned_message
 from app.storage.layout import PLANNING
-from app.tasks.service import TaskService
 from app.tokens.cutting import cut
 
 PINNED_SHARE = 4  # the pinned plan takes at most 1/PINNED_SHARE of the budget
@@ -30,11 +31,23 @@ PINNED_HEADER = "[Current plan: planning entry {id} ({plan_type}, {created_at})]
 ITEMS_FROM = "(items as set by planning entry {entry_id})\n"
 
 
+# Queues a condense when a context's tokens went from one count to another across its
+# threshold (the condense trigger's ``if_crossed``).
+CondenseIfCrossed = Callable[[LockedTask, int, int], Awaitable[bool]]
+
+
 class PlanningService:
-    def __init__(self, journal: JournalService, store: ContextStore, tasks: TaskService) -> None:
+    def __init__(
+        self,
+        journal: JournalService,
+        store: ContextStore,
+        budgets: Budgets,
+        condense_if_crossed: CondenseIfCrossed,
+    ) -> None:
         self.journal = journal
         self.store = store
-        self.tasks = tasks
+        self.budgets = budgets
+        self.condense_if_crossed = condense_if_crossed
 
     async def append(self, task_uuid: str, fields: dict[str, Any]) -> dict[str, Any]:
         return await self.journal.append(task_uuid, fields, then=self._pin)
@@ -50,21 +63,21 @@ class PlanningService:
         task = locked.task
         if not task.pin_plan:
             return
-        limit = max(self.tasks.budget(task).allowed // PINNED_SHARE, 16)
+        limit = max(self.budgets.budget(task).allowed // PINNED_SHARE, 16)
         planning = self.store.task_dir(task) / PLANNING
         content, (openai, others) = await asyncio.to_thread(
             self._message, task, entry, planning, limit
         )
-        values = {"pinned_plan": content, "plan_tokens": openai, "format_plan_tokens": others}
         async with self.store.db.transaction() as session:
-            await session.execute(update(Task).where(Task.uuid == task.uuid).values(**values))
+            await repository.set_pinned_plan(session, task.uuid, content, openai, others)
+        values = {"pinned_plan": content, "plan_tokens": openai, "format_plan_tokens": others}
         # A larger plan may take the payload over the threshold, as an append may.
         fmt = native_format(task.llm_provider)
-        before = self.tasks.context_tokens(locked, locked.head, fmt)
+        before = self.budgets.context_tokens(locked, locked.head, fmt)
         for name, value in values.items():
             setattr(task, name, value)  # a detached row: only this request's view changes
-        after = self.tasks.context_tokens(locked, locked.head, fmt)
-        await self.tasks.condense_if_crossed(locked, before, after)
+        after = self.budgets.context_tokens(locked, locked.head, fmt)
+        await self.condense_if_crossed(locked, before, after)
 
     def _message(
         self, task: Task, entry: dict[str, Any], planning: Path, limit: int

@@ -1,1 +1,1 @@
-"""GET /stats: the operators' aggregate view of the tasks table (SPEC §10)."""
+"""GET /stats: the operators' aggregate view of the tasks table."""

@@ -5,7 +5,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.db.base import UTCBound
-from app.tasks.schemas import TaskKey
+from app.task_key import TaskKey
 
 RUNNING_LIMIT = 100  # running tasks listed by default (the total is always given)
 FAILURES_LIMIT = 10

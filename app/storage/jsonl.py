@@ -5,7 +5,7 @@ All functions here block; callers run them in a worker thread.
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,7 +24,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def dumps_line(record: dict[str, Any]) -> bytes:
+def dumps_line(record: Mapping[str, Any]) -> bytes:
     # orjson never emits a raw newline inside a value, so one record is always one line.
     return orjson.dumps(record) + b"\n"
 

@@ -1,15 +1,8 @@
 """Task rows and heads as API answers."""
 
-from app.db.models import Task
-from app.tasks.schemas import (
-    ContextSummary,
-    InheritanceOut,
-    InheritanceRecord,
-    TaskCreated,
-    TaskKey,
-    TaskOut,
-    TaskStatistics,
-)
+from app.inheritance.presenters import inherited
+from app.task_key import TaskKey
+from app.tasks.schemas import ContextSummary, TaskCreated, TaskOut, TaskStatistics
 from app.tasks.views import TaskView
 
 
@@ -70,22 +63,5 @@ def task_out(view: TaskView, cls: type[TaskOut] = TaskOut) -> TaskOut:
 def task_created(view: TaskView) -> TaskCreated:
     created = task_out(view, TaskCreated)
     assert isinstance(created, TaskCreated)
-    created.inheritance, created.notification_comment = _inheritance(view.task)
+    created.inheritance, created.notification_comment = inherited(view.task)
     return created
-
-
-def inheritance_out(view: TaskView) -> InheritanceOut:
-    record, comment = _inheritance(view.task)
-    return InheritanceOut(
-        uuid=view.task.uuid,
-        inherited_from=view.task.inherited_from,
-        inheritance=record,
-        notification_comment=comment,
-    )
-
-
-def _inheritance(task: Task) -> tuple[InheritanceRecord | None, str | None]:
-    if task.inheritance is None:
-        return None, None
-    record = InheritanceRecord.model_validate(task.inheritance)
-    return record, record.notification_comment

@@ -4,15 +4,51 @@ import base64
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.keys import OPEN, Principal
 from app.db.base import as_utc
 from app.db.models import Task
-from app.errors import InvalidInput
+from app.errors import ErrorCode, InvalidInput
+from app.lifecycle import FINISHED
 
 FILTER_COLUMNS = ("status", "user", "task_source", "owner", "repo", "task_type", "task_id")
+
+
+async def counter_names(session: AsyncSession) -> set[str]:
+    """The token counters existing tasks count with."""
+    return set(await session.scalars(select(Task.token_counter).distinct()))
+
+
+async def finished_before(
+    session: AsyncSession, cutoff: datetime, after: tuple[datetime, str] | None, limit: int
+) -> list[tuple[str, datetime]]:
+    """Finished tasks completed before ``cutoff``, oldest first, after ``after`` (the
+    completion time and uuid the previous page ended with): (uuid, completed_at)."""
+    query = select(Task.uuid, Task.completed_at).where(
+        Task.status.in_(FINISHED), Task.completed_at < cutoff
+    )
+    if after is not None:
+        at, last = after
+        query = query.where(
+            or_(Task.completed_at > at, and_(Task.completed_at == at, Task.uuid > last))
+        )
+    rows = await session.execute(query.order_by(Task.completed_at, Task.uuid).limit(limit))
+    return [(uuid, completed_at) for uuid, completed_at in rows if completed_at is not None]
+
+
+async def completion(session: AsyncSession, task_uuid: str) -> tuple[str, datetime | None] | None:
+    """The task's status and completion time; None if there is no such task."""
+    row = (
+        await session.execute(select(Task.status, Task.completed_at).where(Task.uuid == task_uuid))
+    ).one_or_none()
+    return None if row is None else (row.status, row.completed_at)
+
+
+async def count_by_status(session: AsyncSession) -> dict[str, int]:
+    rows = await session.execute(select(Task.status, func.count()).group_by(Task.status))
+    return {str(status): int(n) for status, n in rows}
 
 
 def encode_cursor(task: Task) -> str:
@@ -28,7 +64,9 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
             raise ValueError("issued cursors carry a zone")
         return as_utc(when), uuid
     except ValueError as exc:
-        raise InvalidInput("cursor is not one this service issued", code="invalid_cursor") from exc
+        raise InvalidInput(
+            "cursor is not one this service issued", code=ErrorCode.INVALID_CURSOR
+        ) from exc
 
 
 async def list_tasks(

@@ -8,20 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import CompactionTier, check_tiers
 from app.db.base import DBJSON, DBText
-
-TaskStatus = Literal["running", "paused", "completed", "failed"]
+from app.inheritance.schemas import InheritanceRecord
+from app.lifecycle import TaskStatus
+from app.task_key import TaskKey
 
 # Payload keys the service itself sets; request defaults may not override them.
 RESERVED_REQUEST_KEYS = frozenset({"model", "messages", "tools", "stream", "system"})
-
-
-class TaskKey(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    task_source: DBText = Field(min_length=1, max_length=64, examples=["github"])
-    owner: DBText = Field(min_length=1, max_length=255, examples=["notfolder"])
-    repo: DBText = Field(min_length=1, max_length=255, examples=["coding_agent"])
-    task_type: DBText = Field(min_length=1, max_length=64, examples=["issue"])
-    task_id: DBText = Field(min_length=1, max_length=255, examples=["27"])
 
 
 class FunctionDefinition(BaseModel):
@@ -175,7 +167,7 @@ class ContextSummary(BaseModel):
     threshold: int
     reserved_output: int
     token_counter: str = Field(description="o200k_base, cl100k_base or heuristic")
-    calibration: float = Field(description="Real tokens per counted token (SPEC §7).")
+    calibration: float = Field(description="Real tokens per counted token, by reported usage.")
 
 
 class TaskOut(BaseModel):
@@ -202,48 +194,11 @@ class TaskOut(BaseModel):
     )
 
 
-class InheritanceRecord(BaseModel):
-    """What a task inherited at creation (seed 000 §8)."""
-
-    from_uuid: str
-    status: TaskStatus
-    completed_at: datetime | None
-    error_message: str | None
-    summary_source: Literal["final_summary", "condense_summary", "none"] = Field(
-        description="condense_summary: the final summary was still pending after the wait."
-    )
-    planning_entries: int
-    truncated: bool = Field(description="The message was cut to max_summary_tokens.")
-    tokens: int
-    max_summary_tokens: int
-    seq: int = Field(description="The inherited context message's seq.")
-    notification_comment: str
-
-
 class TaskCreated(TaskOut):
     inheritance: InheritanceRecord | None = None
     notification_comment: str | None = Field(
         None, description="For the agent to post on the issue (previous uuid, status, time)."
     )
-
-
-class InheritanceOut(BaseModel):
-    uuid: str
-    inherited_from: str | None
-    inheritance: InheritanceRecord | None
-    notification_comment: str | None
-
-
-class Candidate(BaseModel):
-    uuid: str
-    status: TaskStatus
-    completed_at: datetime | None
-    error_message: str | None
-    final_summary_ready: bool
-
-
-class CandidatePage(BaseModel):
-    candidates: list[Candidate] = Field(description="Newest completion first.")
 
 
 class TaskPage(BaseModel):

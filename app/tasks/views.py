@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from app.compaction.policy import Budget
+from app.budgets.policy import Budget
 from app.context.records import HeadState
 from app.db.models import Task
 

@@ -1,1 +1,2 @@
-"""Threads (seed 003, "Stelis"): nested contexts of a task, each with its share of the window."""
+"""Threads: nested contexts of a task (the original design called them "Stelis"), each with
+its share of the window."""

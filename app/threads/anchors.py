@@ -1,10 +1,10 @@
-"""Anchors: the mark a thread leaves in its parent's context (seed 003). Pure.
+"""Anchors: the mark a thread leaves in its parent's context. Pure.
 
 Starting a thread appends an anchor record to the parent: a system message holding the one
 line, with ``stelis_anchor`` (the thread's id) kept on its current.jsonl line. Whenever a
 context is assembled the anchor is rendered anew for whoever looks: in full (label, id, start,
 end or "in progress", message count, chronicle, latest exchanges) from outside the thread, as
-its one line from the thread itself or a descendant (seed 003's ancestor-chain rule).
+its one line from the thread itself or a descendant (the viewer's chain of ancestors says).
 
 An anchor's stored cost is :data:`app.context.records.ANCHOR_TOKENS` (or its one line's, if
 more) in every format, and a full rendering is cut until it costs no more than that: the sums
@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
+from app.budgets.windows import Ratioed, chain_of
 from app.context.records import ANCHOR
-from app.threads.windows import Ratioed, chain_of
 
 _ANCHOR_LINE = re.compile(rb',"stelis_anchor":(\d+)\}\n?$')
 EXCHANGE_CHARS = 200
@@ -56,7 +56,7 @@ def one_line(thread_id: int, label: str | None) -> str:
 
 
 def seen_from_inside(viewing: int, anchor: int, threads: Mapping[int, Ratioed]) -> bool:
-    """Seed 003's _is_descendant_of_stelis: the viewer is the anchor's thread or below it."""
+    """Whether the viewer is the anchor's thread or below it (in its chain of ancestors)."""
     return viewing == anchor or anchor in chain_of(viewing, threads)
 
 

@@ -1,10 +1,10 @@
-"""Chronicles: a thread's summary, written by a job once it ends or is aborted (seed 003).
+"""Chronicles: a thread's summary, written by a job once it ends or is aborted.
 
 The job is queued in the transaction that ends the thread, so a restart finishes it. It
 summarises the thread's whole history (its messages.jsonl) with the thread's chronicle_prompt
 or the default, stores the chronicle on the thread's row, then embeds it in the parent's
-context as seed 003's system message. Each step is idempotent: a rerun finds the stored
-chronicle (no second LLM call) and the embedding's idempotency key (no second message).
+context as a system message (:func:`embedding`). Each step is idempotent: a rerun finds the
+stored chronicle (no second LLM call) and the embedding's idempotency key (no second message).
 
 On the job's last attempt a chat backend that keeps failing gives way to the extractive
 digest, as final summaries do: an ended thread always gets its chronicle.
@@ -15,17 +15,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sqlalchemy import select, update
-
-from app.compaction.summarizer import Summarizer
+from app.budgets.windows import descendants_of
 from app.context.files import ContextFiles, History
 from app.context.records import HeadState
 from app.context.store import SERVICE_KEY, ContextStore, LockedTask
 from app.db.models import Job, Thread
-from app.errors import Conflict
+from app.errors import Conflict, ErrorCode
 from app.jobs.queue import JobDeferred, JobQueue
 from app.llm.errors import LLMError
-from app.threads.windows import descendants_of
+from app.summaries.summarizer import Summarizer
+from app.threads import repository
 
 log = logging.getLogger(__name__)
 
@@ -106,19 +105,8 @@ class ChronicleWriter:
         """Store the chronicle unless a run whose lease lapsed stored one first; the stored
         one (what is embedded must not change between runs)."""
         async with self.store.db.transaction() as session:
-            await session.execute(
-                update(Thread)
-                .where(
-                    Thread.task_uuid == job.task_uuid,
-                    Thread.thread_id == job.thread_id,
-                    Thread.chronicle_summary.is_(None),
-                )
-                .values(chronicle_summary=chronicle)
-            )
-            stored = await session.scalar(
-                select(Thread.chronicle_summary).where(
-                    Thread.task_uuid == job.task_uuid, Thread.thread_id == job.thread_id
-                )
+            stored = await repository.keep_chronicle(
+                session, job.task_uuid, job.thread_id, chronicle
             )
         return stored or chronicle
 
@@ -143,9 +131,9 @@ class ChronicleWriter:
             return text.strip(), f"extractive (after {exc.backend} failed)"
 
     async def _embed(self, task_uuid: str, thread: Thread, chronicle: str) -> bool | str:
-        """Seed 003's embedding in the parent, ended or not (its chronicle is written after
-        its children's: a parent ended with cascade, or right after its child, still gets
-        theirs); True, or why it was not (the task finished)."""
+        """The chronicle's embedding in the parent, ended or not (its chronicle is written
+        after its children's: a parent ended with cascade, or right after its child, still
+        gets theirs); True, or why it was not (the task finished)."""
         status = "completed" if thread.status == "completed" else "aborted"
         message = {
             "role": "system",
@@ -170,7 +158,7 @@ class ChronicleWriter:
                     ended_parent=True,
                 )
             except Conflict as exc:
-                if exc.code == "tool_results_pending":
+                if exc.code == ErrorCode.TOOL_RESULTS_PENDING:
                     raise EmbeddingDeferred(str(exc)) from exc
                 raise
         await self.schedule_condense(parent, before, after)
@@ -178,5 +166,6 @@ class ChronicleWriter:
 
 
 def embedding(label: str, status: str, chronicle: str) -> str:
-    """Seed 003's embedding: '[Thread completed: label]', then the chronicle."""
+    """The embedding, as the original thread design words it: '[Thread completed: label]', then
+    the chronicle."""
     return f"[Thread {status}: {label}]\n\n## Chronicle\n{chronicle}"

@@ -1,14 +1,14 @@
 """A parent's protected region: its most recent messages within a share of the window.
 Blocking: run in a worker thread, under the task lock.
 
-Seed 003's _get_parent_protected_context, over current.jsonl read from its end: whole units
-only (an assistant's tool calls with all their results, or one other message), newest first
+The original thread design's protected context, over current.jsonl read from its end: whole
+units only (an assistant's tool calls with all their results, or one other message), newest first
 until the next would not fit, never a unit whose calls still wait for results (the thread's own
 messages follow the region; nothing may come between calls and their results).
 
 With ``keep_head`` the context's head comes first, as compaction keeps it: its leading system
-messages and its first user message (the instructions and the request that started it all,
-seed 003's "why the agent was asked"), as far as they fit.
+messages and its first user message (the instructions and the request that started it all:
+why the agent was asked), as far as they fit.
 """
 
 from collections.abc import Callable, Iterator

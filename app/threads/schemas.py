@@ -31,7 +31,10 @@ class ThreadCreate(BaseModel):
         strict=True,
         ge=1,
         le=16,
-        description="Most levels, the root's included (capped by STELIS_MAX_DEPTH).",
+        description=(
+            "The deepest a thread may be: the root is at depth 0, a thread one below its "
+            "parent (capped by the server's maximum)."
+        ),
     )
     chronicle_prompt: DBText | None = Field(None, max_length=100_000)
 

@@ -1,21 +1,26 @@
-"""Starting, ending and aborting threads, and reading the tree (SPEC §8)."""
+"""Starting, ending and aborting threads, and reading the tree."""
 
 import dataclasses
 import logging
 from datetime import UTC, datetime
 
-from sqlalchemy import select
-
+from app.budgets.windows import ROOT, descendants_of, may_start_under, window_of
 from app.config import Settings
-from app.context.store import ContextStore, LockedTask
+from app.context.store import AfterCommit, ContextStore, LockedTask
 from app.db.models import Job, Task, Thread
-from app.errors import Conflict, TaskNotFound, TaskNotWritable, ThreadNotActive, ThreadNotFound
+from app.errors import (
+    Conflict,
+    ErrorCode,
+    TaskNotFound,
+    TaskNotWritable,
+    ThreadNotActive,
+    ThreadNotFound,
+)
 from app.jobs.queue import JobQueue
-from app.tasks.service import TaskService
+from app.threads import repository
 from app.threads.anchors import one_line
 from app.threads.chronicle import KIND as CHRONICLE
 from app.threads.schemas import ThreadCreate, ThreadEnd, ThreadOut
-from app.threads.windows import ROOT, descendants_of, may_start_under, window_of
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +35,14 @@ ROOT_STATUS = {
 
 class ThreadService:
     def __init__(
-        self, store: ContextStore, tasks: TaskService, jobs: JobQueue, settings: Settings
+        self,
+        store: ContextStore,
+        condense_trigger: AfterCommit,
+        jobs: JobQueue,
+        settings: Settings,
     ) -> None:
         self.store = store
-        self.tasks = tasks
+        self.condense_trigger = condense_trigger
         self.jobs = jobs
         self.settings = settings
 
@@ -47,17 +56,17 @@ class ThreadService:
             max_depth = min(body.max_depth, self.settings.stelis_max_depth)
             if not may_start_under(parent_depth, max_depth):
                 raise Conflict(
-                    f"a thread under thread {body.parent_thread_id} would be level "
-                    f"{parent_depth + 2}; at most {max_depth} levels",
-                    code="thread_depth_exceeded",
-                    details={"level": parent_depth + 2, "max_depth": max_depth},
+                    f"a thread under thread {body.parent_thread_id} would be at depth "
+                    f"{parent_depth + 1}; max_depth is {max_depth} (the root is at depth 0)",
+                    code=ErrorCode.THREAD_DEPTH_EXCEEDED,
+                    details={"depth": parent_depth + 1, "max_depth": max_depth},
                 )
             head = await self.store.recovered_head(parent)
             if head.open_tool_calls:  # the anchor may not come between calls and results
                 raise Conflict(
                     f"context {body.parent_thread_id} waits for tool results; a thread can "
                     "start once they are in",
-                    code="tool_results_pending",
+                    code=ErrorCode.TOOL_RESULTS_PENDING,
                     details={"open": [call[0] for call in head.open_tool_calls]},
                 )
             thread = Thread(
@@ -83,7 +92,7 @@ class ThreadService:
             }
             new_head, _ = await self.store.append_locked(parent, [anchor])
             threads[thread.thread_id] = thread
-        await self.tasks.schedule_condense(parent, head, new_head)
+        await self.condense_trigger(parent, head, new_head)
         log.info("task %s: thread %d started", task_uuid, thread.thread_id)
         return _out(thread, threads, parent.task)
 
@@ -103,7 +112,7 @@ class ThreadService:
                 raise Conflict(
                     f"thread {thread_id} has active threads under it: {active}; end them first "
                     "or pass cascade",
-                    code="thread_has_active_children",
+                    code=ErrorCode.THREAD_HAS_ACTIVE_CHILDREN,
                     details={"thread_id": thread_id, "active": active},
                 )
             now = datetime.now(UTC)
@@ -115,12 +124,7 @@ class ThreadService:
                 if threads[t].message_count
             ]
             async with self.store.db.transaction() as session:
-                rows = await session.scalars(
-                    select(Thread).where(
-                        Thread.task_uuid == task_uuid, Thread.thread_id.in_([*active, thread_id])
-                    )
-                )
-                for row in rows:
+                for row in await repository.threads_of(session, task_uuid, [*active, thread_id]):
                     row.status = outcome if row.thread_id == thread_id else "aborted"
                     row.completed_at = now
                     threads[row.thread_id] = row
@@ -156,10 +160,7 @@ class ThreadService:
             task = await session.get(Task, task_uuid)
             if task is None:
                 raise TaskNotFound(task_uuid)
-            rows = await session.scalars(
-                select(Thread).where(Thread.task_uuid == task_uuid).order_by(Thread.thread_id)
-            )
-            threads = {t.thread_id: t for t in rows}
+            threads = {t.thread_id: t for t in await repository.threads_of(session, task_uuid)}
         nodes = {ROOT: _root(task, threads)}
         nodes |= {i: _out(t, threads, task) for i, t in threads.items()}
         for thread_id, thread in threads.items():

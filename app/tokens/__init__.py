@@ -1,1 +1,1 @@
-"""Token counting: counters behind one small protocol, and what a message or payload costs."""
+"""Token counting: counters behind one small protocol, and what a message's text costs."""

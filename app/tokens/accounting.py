@@ -47,7 +47,7 @@ def image_tokens(url: str) -> int:
 
 
 def inline_image_tokens(data: str) -> int:
-    """Seed 002 (Roo Code): the square root of the base64 length."""
+    """Roo Code's estimate of an inline image: the square root of its base64 length."""
     return math.ceil(math.sqrt(len(data)))
 
 

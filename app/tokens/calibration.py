@@ -1,4 +1,4 @@
-"""Calibration (SPEC §7): what the LLM reports against what the service counted. Pure.
+"""Calibration: what the LLM reports against what the service counted. Pure.
 
 When an assistant message carries its call's usage, the reported prompt tokens are compared with
 the counted tokens of the payload the service served last. The ratio corrects budgets for

@@ -18,7 +18,8 @@ from app.tokens.encodings import (
 
 log = logging.getLogger(__name__)
 
-# Hiragana, katakana (full and half width) and CJK ideographs: what seed 000 calls Japanese.
+# Hiragana, katakana (full and half width) and CJK ideographs: what the heuristic counts as
+# Japanese.
 _JAPANESE_RUNS = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]+")
 
 
@@ -31,7 +32,8 @@ class TextCounter(Protocol):
 
 
 class HeuristicCounter:
-    """Seed 000's estimate: characters / 4, or / 2 when half or more of them are Japanese."""
+    """The original design's estimate: characters / 4, or / 2 when half or more of them are
+    Japanese."""
 
     name = "heuristic"
 
@@ -112,7 +114,8 @@ def counter_for(model: str, choice: str) -> TextCounter:
     """The counter for a task on ``model`` under the TOKEN_COUNTER setting ``choice``.
 
     "auto" picks the model's encoding, "o200k_base" / "cl100k_base" name one, "heuristic" is
-    seed 000's estimate. An encoding that cannot be built offline falls back to the heuristic.
+    :class:`HeuristicCounter`. An encoding that cannot be built offline falls back to the
+    heuristic.
     """
     if choice == "heuristic":
         return HeuristicCounter()

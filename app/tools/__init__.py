@@ -1,1 +1,1 @@
-"""Tool execution records (tools.jsonl, seed 001 §3.6)."""
+"""Tool execution records (tools.jsonl)."""

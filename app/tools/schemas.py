@@ -1,4 +1,4 @@
-"""Tool execution records, with seed 001 §3.6's field names."""
+"""Tool execution records, with the field names of the original design's tools.jsonl."""
 
 from typing import Any, Literal
 

@@ -1,1 +1,1 @@
-"""Webhooks (seed 000 §3.13-3.16): server-configured URLs told of completion, stop and failure."""
+"""Webhooks: server-configured URLs told of a task's completion, stop and failure."""

@@ -3,7 +3,7 @@
 from collections.abc import Iterable, Mapping
 
 from app.config import WebhookConfig, WebhookEvent
-from app.errors import InvalidInput
+from app.errors import ErrorCode, InvalidInput
 
 # The lifecycle action -> the event its hooks hear (resume has none).
 EVENTS: dict[str, WebhookEvent] = {"complete": "completed", "stop": "stopped", "fail": "failed"}
@@ -15,7 +15,7 @@ def check_chosen(configured: Mapping[str, WebhookConfig], chosen: Iterable[str])
     if unknown:
         raise InvalidInput(
             f"no webhook named {unknown[0]!r} is configured",
-            code="unknown_webhook",
+            code=ErrorCode.UNKNOWN_WEBHOOK,
             details={"unknown": unknown, "configured": sorted(configured)},
         )
 

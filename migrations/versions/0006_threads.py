@@ -1,4 +1,4 @@
-"""threads: nested contexts of a task (seed 003, SPEC §8)
+"""threads: nested contexts of a task (the original design's "Stelis" threads)
 
 Revision ID: 0006
 Revises: 0005

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.compaction.summarizer import DEFAULT_PROMPT, KEPT_LABEL
 from app.config import Settings
+from app.summaries.summarizer import DEFAULT_PROMPT, KEPT_LABEL
 from tests.fakes import llm_server
 from tests.fakes.llm_server import Behaviour, FakeLLM
 from tests.support.app import running_app

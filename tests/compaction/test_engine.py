@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.compaction.extractive import KEPT_TITLE
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
+from app.summaries.extractive import KEPT_TITLE
 from tests.support.app import running_app
 from tests.support.errors import assert_error
 from tests.support.files import read_jsonl, task_dir

@@ -1,4 +1,4 @@
-"""The extractive digest (app/compaction/extractive.py): bounded, deterministic, honest, and
+"""The extractive digest (app/summaries/extractive.py): bounded, deterministic, honest, and
 what it keeps of the corpus."""
 
 import json
@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from app.compaction.excerpts import normalize
-from app.compaction.extractive import (
+from app.compaction.truncation import HiddenFacts, truncation_text
+from app.context.effective import MARKER_TYPE
+from app.summaries.excerpts import normalize
+from app.summaries.extractive import (
     KEPT_MAX,
     KEPT_TITLE,
     MAX_PATHS,
@@ -31,8 +33,6 @@ from app.compaction.extractive import (
     render,
     shows_error_line,
 )
-from app.compaction.truncation import HiddenFacts, truncation_text
-from app.context.effective import MARKER_TYPE
 from app.tokens.counters import counter_for
 from tests.support.corpus import CORPUS_FILES, corpus_messages
 from tests.support.paths import CORPUS

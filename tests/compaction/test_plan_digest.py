@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from app.compaction.extractive import NEXT_STEPS, PLAN_TITLE, extractive_digest
 from app.planning.items import ChecklistItem, item_line
+from app.summaries.extractive import NEXT_STEPS, PLAN_TITLE, extractive_digest
 
 RECORDS: list[dict[str, Any]] = [
     {"role": "user", "content": "Please fix src/parser.py. " + "context " * 20, "seq": 2},

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.compaction.policy import budget_for, default_reserved_output, effective_threshold
+from app.budgets.policy import budget_for, default_reserved_output, effective_threshold
 
 
 def test_budget_defaults() -> None:

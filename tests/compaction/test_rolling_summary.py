@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.compaction.extractive import digest_sections, shows_error_line
 from app.compaction.service import SUMMARY_HEADER
-from app.compaction.summarizer import CUT_NOTE
 from app.config import Settings
+from app.summaries.extractive import digest_sections, shows_error_line
+from app.summaries.summarizer import CUT_NOTE
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
 from tests.support.app import running_app

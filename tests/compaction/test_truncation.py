@@ -5,8 +5,6 @@ bounded by the context's budget."""
 import json
 from typing import Any
 
-from app.compaction.excerpts import ELISION_TEXT
-from app.compaction.extractive import listed_sections
 from app.compaction.truncation import (
     FACTS_SHARE,
     HiddenFacts,
@@ -14,6 +12,8 @@ from app.compaction.truncation import (
     truncation_text,
 )
 from app.context.effective import MARKER_TYPE
+from app.summaries.excerpts import ELISION_TEXT
+from app.summaries.extractive import listed_sections
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import counter_for
 

@@ -6,7 +6,7 @@ import pytest
 
 from app.context.records import ContextAccumulator, HeadState, openai_message
 from app.errors import Conflict, InvalidInput, TooLarge
-from app.tokens.costs import TokenCosts
+from app.formats.costs import TokenCosts
 from app.tokens.counters import HeuristicCounter
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}

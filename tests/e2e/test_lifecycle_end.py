@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.tokens.counting import TokenCounting
+from app.formats.costs import TokenCounting
 from tests.fakes import webhook_receiver
 from tests.fakes.llm_server import running_fake_llm
 from tests.fakes.webhook_receiver import Receiver

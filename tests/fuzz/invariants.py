@@ -27,8 +27,8 @@ from app.context.effective import COMPACTION_KINDS, MASK
 from app.context.files import ContextFiles, CurrentRender
 from app.context.records import RESERVED_FIELDS, HeadState, openai_message
 from app.formats import FORMATS
+from app.formats.costs import TokenCounting
 from app.storage.layout import CURRENT, MESSAGES, SUMMARIES
-from app.tokens.counting import TokenCounting
 from tests.support.formats import validate_payload
 from tests.support.reference import reference_context
 

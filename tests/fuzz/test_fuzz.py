@@ -37,6 +37,12 @@ FOUND = {
     # A 1k window: elisions that each freed a few tokens spent fit's rounds while truncation
     # waited for a gain of MIN_GAIN_SHARE: 413.
     104907547: "small elisions spent the rounds",
+    # A 665-token budget: truncations hiding small messages freed ~55 tokens each and spent
+    # the rounds while an elision would have fit: 413.
+    289539144: "small truncations spent the rounds",
+    # The same budget: a truncation set aside for freeing a few tokens was not tried again
+    # once elision had nothing left to cut: 413.
+    4550: "a stalled truncation came back after elision ran dry",
 }
 
 

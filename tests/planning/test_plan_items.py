@@ -9,9 +9,9 @@ import httpx
 import orjson
 import pytest
 
-from app.compaction.extractive import NEXT_STEPS, PLAN_TITLE
-from app.compaction.summarizer import DEFAULT_PROMPT, FINAL_REQUEST, PLAN_LABEL
 from app.formats import FORMATS
+from app.summaries.extractive import NEXT_STEPS, PLAN_TITLE
+from app.summaries.summarizer import DEFAULT_PROMPT, FINAL_REQUEST, PLAN_LABEL
 from app.tokens.counters import HeuristicCounter
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM

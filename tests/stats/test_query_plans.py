@@ -14,8 +14,8 @@ from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
+from app.stats.repository import AnySelect, build_queries
 from app.stats.schemas import StatsFilters
-from app.stats.service import AnySelect, build_queries
 
 DAY = datetime(2026, 11, 1, tzinfo=UTC)
 SELECTIVE: list[dict[str, Any]] = [

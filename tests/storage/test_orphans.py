@@ -126,7 +126,7 @@ async def test_reconciliation_and_maintenance_report_the_orphans(
             assert snapshot_dir(context_dir) == before  # reconciliation moved nothing
             await post_json(client, "/tasks", _new_body(displaced))
             report = await get_json(client, "/maintenance")
-    started = [r.getMessage() for r in caplog.records if r.name == "app.storage.reconcile"]
+    started = [r.getMessage() for r in caplog.records if r.name == "app.context.reconcile"]
     assert any(all(u in m for u in strangers) and "no task row" in m for m in started)
     assert any(lost in m and "missing" in m for m in started)
     [aside] = _set_aside(context_dir, displaced)

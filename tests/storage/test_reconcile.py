@@ -52,7 +52,7 @@ def _reconcile_logs(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "app.storage.reconcile" and r.levelno == level
+        if r.name == "app.context.reconcile" and r.levelno == level
     ]
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from app.errors import Conflict
-from app.tasks.lifecycle import TRANSITIONS, next_status
+from app.lifecycle import TRANSITIONS, next_status
 
 
 @pytest.mark.parametrize("action", sorted(TRANSITIONS))

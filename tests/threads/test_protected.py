@@ -1,6 +1,6 @@
 """A parent's protected region (app/threads/protected.py) on real current.jsonl files, and the
-shares that regions and a thread's own budget take of the task's (app/threads/windows.py,
-app/compaction/policy.py)."""
+shares that regions and a thread's own budget take of the task's (app/budgets/windows.py,
+app/budgets/policy.py)."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.compaction.policy import Budget, budget_for, default_reserved_output
+from app.budgets.policy import Budget, budget_for, default_reserved_output
+from app.budgets.windows import protected_shares
 from app.context.records import current_line
 from app.storage.jsonl import CHUNK
 from app.threads.protected import Region, protected_region
-from app.threads.windows import protected_shares
 
 Unit = list[bytes]  # current.jsonl lines that go together, in context order
 

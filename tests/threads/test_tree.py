@@ -26,8 +26,11 @@ def windows(node: dict[str, Any]) -> dict[int, tuple[int | None, int]]:
     return found
 
 
-async def test_seed_003_s_example_tree(client: httpx.AsyncClient, context_dir: Path) -> None:
-    """root 100k -> child 80k -> grandchild 64k, and a sibling 80k; no fourth level."""
+async def test_the_original_design_s_example_tree(
+    client: httpx.AsyncClient, context_dir: Path
+) -> None:
+    """root 100k -> child 80k -> grandchild 64k, and a sibling 80k. The root is at depth 0: under
+    max_depth 3 a thread may be at depth 3, and none starts under it."""
     task = await create_task(client, context_length=100_000)
     uuid = task["uuid"]
     child = await start(client, uuid, label="autonomous run")
@@ -37,14 +40,16 @@ async def test_seed_003_s_example_tree(client: httpx.AsyncClient, context_dir: P
     assert (child["depth"], grandchild["depth"], sibling["depth"]) == (1, 2, 1)
     assert child["status"] == "active"
     assert child["label"] == "autonomous run"
+    deepest = await start(client, uuid, parent_thread_id=grandchild["thread_id"])
+    assert (deepest["depth"], deepest["window"]) == (3, 51_200)
 
     before = snapshot_dir(context_dir)
     tree_before = (await client.get(f"/tasks/{uuid}/threads")).json()
     response = await client.post(
-        f"/tasks/{uuid}/threads", json={"parent_thread_id": grandchild["thread_id"]}
+        f"/tasks/{uuid}/threads", json={"parent_thread_id": deepest["thread_id"]}
     )
     details = assert_error(response, 409, "thread_depth_exceeded")
-    assert details == {"level": 4, "max_depth": 3}  # levels count the root's
+    assert details == {"depth": 4, "max_depth": 3}
     assert snapshot_dir(context_dir) == before
     tree = (await client.get(f"/tasks/{uuid}/threads")).json()
     assert tree == tree_before
@@ -53,6 +58,7 @@ async def test_seed_003_s_example_tree(client: httpx.AsyncClient, context_dir: P
         0: (None, 100_000),
         child["thread_id"]: (0, 80_000),
         grandchild["thread_id"]: (child["thread_id"], 64_000),
+        deepest["thread_id"]: (grandchild["thread_id"], 51_200),
         sibling["thread_id"]: (0, 80_000),
     }
     assert [c["thread_id"] for c in tree["children"]] == [child["thread_id"], sibling["thread_id"]]
@@ -74,9 +80,12 @@ async def test_the_smaller_of_the_global_and_the_asked_depth_limit_holds(
     async with running_app(settings) as client:
         uuid = (await create_task(client))["uuid"]
         child = await start(client, uuid, max_depth=asked)
-        body = {"parent_thread_id": child["thread_id"], "max_depth": asked}
+        grandchild = await start(client, uuid, parent_thread_id=child["thread_id"], max_depth=asked)
+        assert grandchild["depth"] == 2  # allowed: the limit is 2
+        body = {"parent_thread_id": grandchild["thread_id"], "max_depth": asked}
         response = await client.post(f"/tasks/{uuid}/threads", json=body)
-        assert assert_error(response, 409, "thread_depth_exceeded")["max_depth"] == 2
+        details = assert_error(response, 409, "thread_depth_exceeded")
+        assert details == {"depth": 3, "max_depth": 2}
 
 
 @pytest.mark.parametrize(
@@ -156,6 +165,7 @@ async def test_thread_ids_far_out_of_range_are_422_and_depth_refusals_say_why(
     uuid = (await create_task(client))["uuid"]
     child = (await start(client, uuid))["thread_id"]
     grand = (await start(client, uuid, parent_thread_id=child))["thread_id"]
+    deepest = (await start(client, uuid, parent_thread_id=grand))["thread_id"]
     before, tree = snapshot_dir(context_dir), (await client.get(f"/tasks/{uuid}/threads")).json()
     huge = 2**70
     response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": huge})
@@ -168,7 +178,7 @@ async def test_thread_ids_far_out_of_range_are_422_and_depth_refusals_say_why(
     response = await client.get(f"/tasks/{uuid}/request", params={"thread_id": huge})
     assert_error(response, 422, "validation_error")
 
-    response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": grand})
-    assert assert_error(response, 409, "thread_depth_exceeded") == {"level": 4, "max_depth": 3}
+    response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": deepest})
+    assert assert_error(response, 409, "thread_depth_exceeded") == {"depth": 4, "max_depth": 3}
     assert snapshot_dir(context_dir) == before
     assert (await client.get(f"/tasks/{uuid}/threads")).json() == tree

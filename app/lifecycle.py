@@ -1,6 +1,10 @@
-"""Which status transitions exist (seed 000 §3). Pure."""
+"""A task's statuses and the transitions between them. Pure."""
 
-from app.errors import Conflict
+from typing import Literal
+
+from app.errors import Conflict, ErrorCode
+
+TaskStatus = Literal["running", "paused", "completed", "failed"]
 
 # action -> (statuses it may start from, status it leads to)
 TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
@@ -17,7 +21,7 @@ def next_status(action: str, current: str) -> str:
     if current not in sources:
         raise Conflict(
             f"cannot {action} a {current} task",
-            code="invalid_transition",
+            code=ErrorCode.INVALID_TRANSITION,
             details={"action": action, "status": current, "allowed_from": sorted(sources)},
         )
     return target

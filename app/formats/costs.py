@@ -1,8 +1,9 @@
-"""What a message or a task's tool definitions cost in each counted payload format.
+"""What a message or a task's tool definitions cost in each counted payload format, and which
+counter counts a task.
 
 A record stores its cost as OpenAI renders it (``tokens``) and as the other counted formats
-render it (``format_tokens``), so the budget check for a payload in any format is a sum the head
-already holds (SPEC §3.3): nothing is re-counted when a payload is served.
+render it (``format_tokens``), so the check that a payload in any format fits its budget is a
+sum the head already holds: nothing is re-counted when a payload is served.
 """
 
 from collections.abc import Mapping
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.formats import FORMATS
-from app.tokens.counters import TextCounter
+from app.tokens.counters import TextCounter, counter_for
 
 OTHER_FORMATS = ("anthropic", "ollama")  # counted besides "openai"
 
@@ -50,3 +51,23 @@ class TokenCosts:
     def tools(self, tools: list[dict[str, Any]]) -> tuple[int, FormatTokens]:
         openai = FORMATS["openai"].tools_tokens(self.counter, tools)
         return openai, {f: FORMATS[f].tools_tokens(self.counter, tools) for f in OTHER_FORMATS}
+
+
+class TokenCounting:
+    def __init__(self, choice: str) -> None:
+        self.choice = choice  # the TOKEN_COUNTER setting
+        self._costs: dict[str, TokenCosts] = {}
+
+    def counter_name(self, model: str) -> str:
+        """The counter a new task on ``model`` gets; stored with the task for good."""
+        return counter_for(model, self.choice).name
+
+    def costs(self, counter_name: str) -> TokenCosts:
+        """Costs by a stored counter name (an encoding that cannot load: the heuristic)."""
+        costs = self._costs.get(counter_name)
+        if costs is None:
+            costs = self._costs[counter_name] = TokenCosts(counter_for("", counter_name))
+        return costs
+
+    def counter(self, counter_name: str) -> TextCounter:
+        return self.costs(counter_name).counter

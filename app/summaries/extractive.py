@@ -1,4 +1,4 @@
-"""The extractive digest: a deterministic, honest summary of messages that needs no LLM (SPEC §7).
+"""The extractive digest: a deterministic, honest summary of messages that needs no LLM.
 
 The records are read once, in order, and only bounded state is kept (every list is capped), so a
 digest of a huge context costs little memory. The result is plain text of at most ``max_chars``
@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from app.compaction.excerpts import ELISION_LINE_RE, ELLIPSIS, cut_end, normalize
 from app.context.effective import marker_kind
 from app.planning.items import OPEN_STATUSES, ChecklistItem, item_line, open_items
+from app.summaries.excerpts import ELISION_LINE_RE, ELLIPSIS, cut_end, normalize
 
 DEFAULT_MAX_CHARS = 6000
 CHARS_PER_TOKEN = 4  # where a digest sized in tokens starts

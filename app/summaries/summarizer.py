@@ -12,15 +12,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.compaction.extractive import digest_within, extractive_digest
 from app.context.records import openai_message
-from app.errors import InvalidInput
+from app.errors import ErrorCode, InvalidInput
 from app.llm.base import ChatBackend
 from app.planning.items import ChecklistItem, render_items
+from app.summaries.extractive import digest_within, extractive_digest
 from app.tokens.accounting import content_tokens, message_tokens
 from app.tokens.counters import TextCounter
 
-# Seed 002 (Roo Code's SUMMARY_PROMPT): the default condense prompt.
+# Roo Code's SUMMARY_PROMPT (six sections): the default condense prompt.
 DEFAULT_PROMPT = """\
 Your task is to create a detailed summary of the conversation so far, paying close attention \
 to the user's explicit requests and your previous actions.
@@ -95,7 +95,7 @@ class Summarizer:
         if chosen not in self.backends and name is not None and name != "extractive":
             raise InvalidInput(
                 f"no LLM backend named {name!r} is configured",
-                code="unknown_backend",
+                code=ErrorCode.UNKNOWN_BACKEND,
                 details={"configured": sorted(self.backends)},
             )
         return self.backends.get(chosen)
@@ -235,12 +235,12 @@ def _request(
 ) -> list[dict[str, Any]]:
     """The request for one chunk; the kept message, if any, before it; the plan, if any,
     after it."""
-    if "{messages}" in prompt:  # seed 001 §7.3: the messages inside the prompt
+    if "{messages}" in prompt:  # the original design's form: the messages inside the prompt
         lines = [f"[{KEPT_LABEL}]: {_text(kept)}"] if kept is not None else []
         lines += [f"[{m['role'].upper()}]: {_text(m)}" for m in chunk]
         lines += [_text(plan)] if plan is not None else []
         return [{"role": "user", "content": prompt.replace("{messages}", "\n".join(lines))}]
-    # Seed 002: the prompt as system, the conversation as it was, then the request.
+    # As Roo Code asks: the prompt as system, the conversation as it was, then the request.
     body = [{"role": _chat_role(m), "content": _text(m)} for m in chunk]
     return [
         {"role": "system", "content": prompt},

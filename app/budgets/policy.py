@@ -1,4 +1,4 @@
-"""A context's token budget (SPEC §6). Pure."""
+"""A context's token budget and condense threshold (docs/decisions.md, Budget). Pure."""
 
 import logging
 import math
@@ -9,7 +9,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 MAX_DEFAULT_RESERVED = 8192
-# Seed 002's bounds on a profile's condense threshold (as a share of the window).
+# Roo Code's bounds on a profile's condense threshold (as a share of the window).
 MIN_THRESHOLD = 0.05
 MAX_THRESHOLD = 1.0
 INHERIT = -1
@@ -42,7 +42,7 @@ class Budget:
 
     def share(self, ratios: Sequence[float]) -> "Budget":
         """A thread's budget: the window and limits times each ratio down its chain from the
-        root, truncated at every step (seed 003's calculate_stelis_window_size)."""
+        root, truncated at every step (as the original thread design computes a window)."""
         budget = self
         for ratio in ratios:
             budget = replace(
@@ -66,7 +66,7 @@ def default_reserved_output(window: int) -> int:
 
 
 def effective_threshold(global_share: float, profile: float | None, name: str = "") -> float:
-    """Seed 002's rule: a profile's threshold wins if valid; -1 inherits the global one; an
+    """Roo Code's rule: a profile's threshold wins if valid; -1 inherits the global one; an
     out-of-range value falls back to the global one, with a warning."""
     if profile is None or profile == INHERIT:
         return global_share
@@ -90,10 +90,11 @@ def budget_for(
     token_threshold: int | None = None,
     calibration: float = 1.0,
 ) -> Budget:
-    """The budget; ``token_threshold`` (seed 000's absolute form) replaces the share.
+    """The budget; ``token_threshold`` (the original design's absolute form) replaces the share.
 
-    ``calibration`` is how many real tokens one counted token turned out to be (SPEC §7): the
-    limits, real, are divided by it to compare with counts.
+    ``calibration`` is how many real tokens one counted token turned out to be, by the usage
+    the LLM reported (:mod:`app.tokens.calibration`): the limits, real, are divided by it to
+    compare with counts.
     """
     threshold = math.floor(window * condense_threshold)
     if token_threshold is not None:

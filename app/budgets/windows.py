@@ -1,4 +1,4 @@
-"""Thread windows and depths (seed 003). Pure."""
+"""Thread windows and depths (docs/decisions.md, Threads). Pure."""
 
 from collections.abc import Mapping, Sequence
 from typing import Protocol
@@ -12,8 +12,8 @@ class Ratioed(Protocol):
 
 
 def window_of(thread_id: int, threads: Mapping[int, Ratioed], root_window: int) -> int:
-    """Seed 003's calculate_stelis_window_size: the model's window times each ratio on the way
-    from the thread up to the root, truncated at every step."""
+    """The model's window times each ratio on the way from the thread up to the root,
+    truncated at every step (as the original thread design computes a window)."""
     window = root_window
     current = thread_id
     while current != ROOT:
@@ -60,6 +60,7 @@ def protected_shares(allowed: int, ratios: Sequence[float]) -> list[int]:
 
 
 def may_start_under(parent_depth: int, max_depth: int) -> bool:
-    """A new thread sits one level below its parent; ``max_depth`` counts the levels, the root's
-    included: with 3, the root, a child and a grandchild, and no fourth level."""
-    return parent_depth + 1 < max_depth
+    """Whether a thread may start under a context at ``parent_depth``: the root is at depth 0
+    and a thread one below its parent, so with ``max_depth`` 3 a thread may be at depth 1, 2 or
+    3, and none starts under one at depth 3."""
+    return parent_depth < max_depth

@@ -1,0 +1,279 @@
+"""Creating a task: its files written in .staging/, its row and head committed, then the
+directory moved into place (a crash in between is finished or undone at startup); what it
+inherits is prepared first, outside the task lock."""
+
+import asyncio
+import hashlib
+import logging
+import shutil
+import uuid as uuid_module
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app.budgets.policy import Budget, default_reserved_output
+from app.budgets.service import Budgets
+from app.config import Settings
+from app.context.files import ContextFiles, write_group
+from app.context.records import ContextAccumulator, HeadState, StatsDelta, utc_timestamp
+from app.context.store import ContextStore
+from app.db.models import ContextHead, Task
+from app.errors import Conflict, ErrorCode, InvalidInput
+from app.inheritance.service import InheritanceService, Inherited
+from app.storage.jsonl import fsync_dir, write_atomic
+from app.storage.layout import METADATA, ORPHANS, STATUS_DIRS
+from app.tasks.schemas import TaskCreate
+from app.tasks.service import TaskService
+from app.tasks.views import TaskView
+from app.webhooks.selection import check_chosen
+
+log = logging.getLogger(__name__)
+
+INHERITED_SHARE = 2  # the inherited context message takes at most 1/INHERITED_SHARE of the budget
+
+
+class TaskCreation:
+    def __init__(
+        self,
+        tasks: TaskService,
+        store: ContextStore,
+        budgets: Budgets,
+        inheritance: InheritanceService,
+        settings: Settings,
+        backend_names: frozenset[str],
+    ) -> None:
+        self.tasks = tasks
+        self.db = store.db
+        self.layout = store.layout
+        self.locks = store.locks
+        self.counting = store.counting
+        self.budgets = budgets
+        self.inheritance = inheritance
+        self.settings = settings
+        self.backend_names = backend_names | {"extractive"}
+        self._fsync = settings.fsync == "always"
+
+    async def create(self, body: TaskCreate) -> tuple[TaskView, bool]:
+        """Create a task; returns it and whether it is new (False: an idempotent re-POST)."""
+        if body.summary_backend is not None and body.summary_backend not in self.backend_names:
+            raise InvalidInput(
+                f"no LLM backend named {body.summary_backend!r} is configured",
+                code=ErrorCode.UNKNOWN_BACKEND,
+                details={"configured": sorted(self.backend_names)},
+            )
+        check_chosen(self.settings.webhooks, body.hooks)
+        task_uuid = str(body.uuid or uuid_module.uuid4())
+        fingerprint = _fingerprint(body)
+        window = body.context_length or self.settings.default_context_length
+        reserved = body.max_output_tokens or default_reserved_output(window)
+        budget = self.budgets.for_model(body.model, window, reserved)
+        if budget.allowed <= 0:
+            raise InvalidInput(
+                f"max_output_tokens {reserved} leaves no room in a {window}-token window",
+                code=ErrorCode.NO_ROOM_FOR_CONTEXT,
+                details={"window": window, "max_output_tokens": reserved},
+            )
+        async with self.db.reader() as session:
+            existing = await session.get(Task, task_uuid)
+        if existing is None:
+            counter_name = await asyncio.to_thread(self.counting.counter_name, body.model)
+            # Outside the task lock: finding what to inherit may wait for a final summary.
+            inherited = await self._inherited(body, counter_name, budget)
+            async with self.locks.hold(task_uuid):
+                async with self.db.reader() as session:
+                    existing = await session.get(Task, task_uuid)
+                if existing is None:
+                    try:
+                        return await self._create_locked(
+                            task_uuid, body, window, reserved, fingerprint, counter_name, inherited
+                        )
+                    except BaseException:
+                        self.locks.discard(task_uuid)  # no task: no lock file either
+                        raise
+        if existing.create_fingerprint != fingerprint:
+            # The same answer whoever's the task is: nothing about it (its tenant, its body)
+            # may reach a caller who is perhaps not allowed to see it.
+            raise Conflict(
+                f"uuid {task_uuid} is already taken; only a repeat of its create with the same "
+                "body is accepted",
+                code=ErrorCode.TASK_EXISTS,
+                details={"uuid": task_uuid},
+            )
+        return await self.tasks.get(task_uuid), False
+
+    async def _inherited(
+        self, body: TaskCreate, counter_name: str, budget: Budget
+    ) -> Inherited | None:
+        wanted = body.inherit if body.inherit is not None else self.settings.inheritance_enabled
+        if not wanted:
+            return None
+        counter = self.counting.counter(counter_name)
+        # At most half the budget: a small window keeps room for the run itself.
+        limit = min(self.settings.max_summary_tokens, budget.allowed // INHERITED_SHARE)
+        return await self.inheritance.prepare(body.task_key, body.user, counter, limit)
+
+    async def _create_locked(
+        self,
+        task_uuid: str,
+        body: TaskCreate,
+        window: int,
+        reserved: int,
+        fingerprint: str,
+        counter_name: str,
+        inherited: Inherited | None,
+    ) -> tuple[TaskView, bool]:
+        layout = self.layout
+        now = datetime.now(UTC)
+        counting = self.counting
+        tools_openai, tools_other = await asyncio.to_thread(
+            counting.costs(counter_name).tools,
+            [t.model_dump(exclude_none=True) for t in body.tools or []],
+        )
+        task = Task(
+            uuid=task_uuid,
+            **body.task_key.model_dump(),
+            user=body.user,
+            status="running",
+            created_at=now,
+            started_at=now,
+            updated_at=now,
+            llm_provider=body.llm_provider,
+            model=body.model,
+            context_length=window,
+            max_output_tokens=reserved,
+            metadata_=body.metadata,
+            hooks=body.hooks,
+            compaction=body.compaction.model_dump(exclude_none=True) if body.compaction else None,
+            pin_plan=body.pin_plan,
+            plan_tokens=0,
+            format_plan_tokens={},
+            token_counter=counter_name,
+            tools_tokens=tools_openai,
+            format_tools_tokens=tools_other,
+            token_calibration=1.0,
+            calibration_samples=0,
+            create_fingerprint=fingerprint,
+            llm_call_count=0,
+            tool_call_count=0,
+            total_tokens=0,
+            compression_count=0,
+            total_messages=0,
+            total_summaries=0,
+        )
+        staging = layout.location_dir(".staging", task_uuid)
+        initial = [{"role": "system", "content": body.system_prompt}] if body.system_prompt else []
+        if inherited is not None:  # a leading system message: condense always keeps it
+            initial.append({"role": "system", "content": inherited.content})
+            task.inherited_from = inherited.record["from_uuid"]
+            task.inheritance = inherited.record | {"seq": len(initial)}
+        await asyncio.to_thread(self._clear_the_way, task_uuid)
+        try:
+            head, stats = await asyncio.to_thread(
+                self._write_initial_files, staging, task, body, initial
+            )
+            task.total_messages = stats.messages
+            async with self.db.transaction() as session:
+                session.add(task)
+                await session.flush()  # the head's foreign key needs the task row first
+                session.add(ContextHead(task_uuid=task_uuid, thread_id=0, **vars(head)))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, staging, ignore_errors=True)
+            raise
+        try:
+            # The way is clear, so this fails only on a broken disk. A crash before it leaves
+            # the row and .staging/{uuid}: startup reconciliation finishes the move.
+            await asyncio.to_thread(layout.move, task_uuid, ".staging", "running")
+        except BaseException:
+            await self._undo_create(task_uuid, staging)
+            raise
+        log.info("task %s: created", task_uuid, extra={"task_uuid": task_uuid})
+        return self.tasks.view(task, head), True
+
+    def _clear_the_way(self, task_uuid: str) -> None:
+        """Make room for a new task's directory (its row does not exist; the lock is held).
+
+        A directory in a status location has no row, so its files are not a task's the
+        service knows, perhaps newer than a restored database: set aside intact, never
+        overwritten. One in .trash/ is the rest of a delete that committed: removed.
+        """
+        layout = self.layout
+        for location in dict.fromkeys(STATUS_DIRS.values()):
+            if layout.location_dir(location, task_uuid).is_dir():
+                target = layout.set_aside(task_uuid, location)
+                log.warning(
+                    "task %s: %s/ held a directory without a task row; set aside as %s/%s",
+                    task_uuid,
+                    location,
+                    ORPHANS,
+                    target.name,
+                    extra={"task_uuid": task_uuid},
+                )
+        shutil.rmtree(layout.location_dir(".trash", task_uuid), ignore_errors=True)
+
+    async def _undo_create(self, task_uuid: str, staging: Path) -> None:
+        """The row committed but the directory could not go in place: the row goes again, so
+        that the create fails whole (and may be retried)."""
+        async with self.db.transaction() as session:
+            row = await session.get(Task, task_uuid)
+            if row is not None:
+                await session.delete(row)
+        await asyncio.to_thread(shutil.rmtree, staging, ignore_errors=True)
+
+    def _write_initial_files(
+        self, directory: Path, task: Task, body: TaskCreate, initial: list[dict[str, Any]]
+    ) -> tuple[HeadState, StatsDelta]:
+        shutil.rmtree(directory, ignore_errors=True)  # a leftover of a crashed create
+        directory.mkdir(parents=True)
+        metadata = {
+            "uuid": task.uuid,
+            "task_key": body.task_key.model_dump(),
+            "user": task.user,
+            "created_at": task.created_at.isoformat(),
+            # the field names the original design's clients read
+            "task_type": task.task_type,
+            "task_identifier": task.task_id,
+            "repository": f"{task.owner}/{task.repo}",
+            # the original design's "config" block
+            "config": {
+                "llm_provider": task.llm_provider,
+                "model": task.model,
+                "context_length": task.context_length,
+                "max_output_tokens": task.max_output_tokens,
+                "compression_threshold": self.settings.condense_threshold,
+            },
+            "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
+            "request_defaults": body.request_defaults,
+            "summary_backend": body.summary_backend,
+            "inherit": body.inherit,
+            "metadata": body.metadata,
+        }
+        write_atomic(
+            directory / METADATA,
+            iter([orjson.dumps(metadata, option=orjson.OPT_INDENT_2)]),
+            fsync=self._fsync,
+        )
+        accumulator = ContextAccumulator(HeadState())
+        record_lines, current_lines = [], []
+        if initial:
+            for record, line in accumulator.prepare(
+                initial,
+                costs=self.counting.costs(task.token_counter),
+                timestamp=utc_timestamp(),
+                max_message_bytes=self.settings.max_message_bytes,
+            ):
+                record_lines.append(line)
+                current_lines.append(accumulator.admit(record, line))
+        write_group(ContextFiles(directory), record_lines, current_lines, fsync=self._fsync)
+        if self._fsync:
+            fsync_dir(directory)
+        return accumulator.head, accumulator.stats
+
+
+def _fingerprint(body: TaskCreate) -> str:
+    # Options added since the first release count only when set, so a re-POST of a task
+    # created before them still matches its stored fingerprint.
+    later = {name for name in ("hooks", "pin_plan", "compaction") if not getattr(body, name)}
+    data = body.model_dump(mode="json", exclude={"uuid", *later})
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
