@@ -1,4 +1,4 @@
-"""The lifecycle's transition table (app/tasks/lifecycle.py), as a pure function."""
+"""The lifecycle's transition table (app/lifecycle.py), as a pure function."""
 
 import pytest
 
