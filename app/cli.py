@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="context-service")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--host", default=settings.host)
-    serve.add_argument("--port", type=int, default=settings.port)
+    serve.add_argument("--host", default=settings.server.host)
+    serve.add_argument("--port", type=int, default=settings.server.port)
     serve.add_argument("--workers", type=int, default=1)
     commands.add_parser("migrate", help="create or upgrade the database, reconcile CONTEXT_DIR")
     commands.add_parser("openapi", help="print the OpenAPI document as YAML")
@@ -110,6 +110,6 @@ def main(argv: list[str] | None = None) -> None:
             host=args.host,
             port=args.port,
             workers=args.workers,
-            limit_concurrency=settings.max_connections,
-            timeout_keep_alive=settings.keep_alive_timeout_s,
+            limit_concurrency=settings.server.max_connections,
+            timeout_keep_alive=settings.server.keep_alive_timeout_s,
         )

@@ -3,15 +3,38 @@
 Everything comes from environment variables (names are case-insensitive, e.g. ``CONTEXT_DIR``,
 ``DATABASE_URL``); every field has a default, so the service starts with no configuration at all:
 SQLite in ``./contexts`` and a bind on 127.0.0.1:8080.
+
+Most settings sit in groups (``settings.llm.timeout_s``), set as GROUP__FIELD (``LLM__TIMEOUT_S``)
+or by the flat name in ``LEGACY_ENV`` (``LLM_TIMEOUT_S``); when both are set, GROUP__FIELD wins.
+A bad value is reported under the variable it came from.
 """
 
 import json
+import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 MiB = 1024 * 1024
 
@@ -88,29 +111,33 @@ class ApiKeyConfig(BaseModel):
     task_sources: tuple[str, ...] | None = None
 
 
-class Settings(BaseSettings):
-    # hide_input_in_errors: a refused setting may be a secret (an API key); never echo it.
-    model_config = SettingsConfigDict(
-        extra="ignore", case_sensitive=False, hide_input_in_errors=True
-    )
+class _Group(BaseModel):
+    """A group of settings, nested in Settings (``settings.llm.timeout_s``): set in the
+    environment as GROUP__FIELD (``LLM__TIMEOUT_S``) or by its flat name (``LEGACY_ENV``)."""
 
-    context_dir: Path = Field(Path("contexts"), description="Root of the per-task directories.")
-    database_url: str = Field(
-        "", description="SQLAlchemy async URL; empty means SQLite at CONTEXT_DIR/tasks.db."
-    )
+    # hide_input_in_errors: a refused setting may be a secret (an API key); never echo it.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+
+class ServerSettings(_Group):
+    """Where `context-service serve` binds, and the connection limits it passes to uvicorn."""
+
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
-
-    # fsync "always": an acknowledged write survives power loss; "never": only a process crash.
-    fsync: Literal["always", "never"] = "always"
-    head_flush_ms: int = Field(
-        100,
-        ge=0,
-        le=10_000,
-        description="An append is committed by its fsynced line in messages.jsonl; the "
-        "database's head and the task's counters follow in batches this often (and before a "
-        "read of the task). 0: in the append's own transaction.",
+    max_connections: int = Field(
+        512,
+        ge=1,
+        description="Connections (or requests in progress) at once; past it new requests get "
+        "503 and a close. Keep it below the process's open-file limit.",
     )
+    keep_alive_timeout_s: int = Field(
+        5, ge=1, description="An idle keep-alive connection is closed after this."
+    )
+
+
+class LimitSettings(_Group):
+    """What one client may hold of the server. The JSON depth and the body read time hold
+    however the app is served."""
 
     max_body_bytes: int = Field(32 * MiB, ge=1024, description="Largest accepted request body.")
     max_message_bytes: int = Field(8 * MiB, ge=256, description="Largest single message.")
@@ -118,9 +145,6 @@ class Settings(BaseSettings):
     max_page_bytes: int = Field(
         8 * MiB, ge=1024, description="A history page stops after this many bytes of records."
     )
-
-    # What one client may hold of the server. `context-service serve` passes the connection
-    # limits to uvicorn; the JSON depth and the body read time hold however the app is served.
     max_json_depth: int = Field(
         64,
         ge=2,
@@ -141,15 +165,35 @@ class Settings(BaseSettings):
     body_discard_timeout_s: float = Field(
         10.0, gt=0, description="Longest drain of a refused body; then its 413 and a close."
     )
-    max_connections: int = Field(
-        512,
-        ge=1,
-        description="Connections (or requests in progress) at once; past it new requests get "
-        "503 and a close. Keep it below the process's open-file limit.",
+
+
+class StorageSettings(_Group):
+    """Durability, file I/O, and a disk that fills up: /readyz, and SQLite's write-ahead log."""
+
+    # fsync "always": an acknowledged write survives power loss; "never": only a process crash.
+    fsync: Literal["always", "never"] = "always"
+    head_flush_ms: int = Field(
+        100,
+        ge=0,
+        le=10_000,
+        description="An append is committed by its fsynced line in messages.jsonl; the "
+        "database's head and the task's counters follow in batches this often (and before a "
+        "read of the task). 0: in the append's own transaction.",
     )
-    keep_alive_timeout_s: int = Field(
-        5, ge=1, description="An idle keep-alive connection is closed after this."
+    io_threads: int = Field(16, ge=2, description="Threads for blocking file I/O.")
+    ready_min_free_bytes: int = Field(
+        32 * MiB,
+        ge=0,
+        description="/readyz answers 503 when the disk of CONTEXT_DIR (or of the SQLite "
+        "database) has less free space than this.",
     )
+    wal_checkpoint_interval_s: float = Field(
+        60.0, gt=0, description="How often SQLite's write-ahead log is checkpointed and truncated."
+    )
+
+
+class CompactionSettings(_Group):
+    """Windows, thresholds and the compaction tiers."""
 
     default_context_length: int = Field(128_000, ge=1024)
     context_buffer: float = Field(0.1, ge=0, lt=1, description="Share of the window kept free.")
@@ -161,7 +205,7 @@ class Settings(BaseSettings):
     token_threshold: int | None = Field(
         None, ge=1, description="An absolute threshold in tokens instead of the share."
     )
-    compaction_tiers: Annotated[tuple[CompactionTier, ...], NoDecode] = Field(
+    tiers: Annotated[tuple[CompactionTier, ...], NoDecode] = Field(
         ("mask", "condense", "truncate", "elide"),
         description="The compaction tiers, tried in this order (a task may choose its own).",
     )
@@ -208,46 +252,88 @@ class Settings(BaseSettings):
         20.0, gt=0, description="How long GET /request waits for a condense before truncating."
     )
 
-    token_counter: Literal["auto", "heuristic", "o200k_base", "cl100k_base"] = Field(
-        "auto",
-        description="auto: exact BPE counts for the model's family (o200k_base unless an older "
-        "OpenAI model), the characters/4 heuristic if the encoding cannot be loaded.",
-    )
-    calibration_min: float = Field(0.5, gt=0, le=1, description="Lowest calibration factor.")
-    calibration_max: float = Field(3.0, ge=1, description="Highest calibration factor.")
-    calibration_smoothing: float = Field(
+    @field_validator("tiers", mode="before")
+    @classmethod
+    def _tier_list(cls, value: Any) -> Any:
+        return _comma_list(value) if isinstance(value, str) else value
+
+    @field_validator("tiers")
+    @classmethod
+    def _tiers_fit(cls, tiers: tuple[str, ...]) -> tuple[str, ...]:
+        return check_tiers(tiers)
+
+
+class CalibrationSettings(_Group):
+    """Bounds of the calibration factor (counted tokens to the provider's reported ones)."""
+
+    min: float = Field(0.5, gt=0, le=1, description="Lowest calibration factor.")
+    max: float = Field(3.0, ge=1, description="Highest calibration factor.")
+    smoothing: float = Field(
         0.3, gt=0, le=1, description="Weight of a lower reported ratio (a higher one is taken)."
     )
 
-    io_threads: int = Field(16, ge=2, description="Threads for blocking file I/O.")
 
-    job_lease_s: float = Field(
+class JobSettings(_Group):
+    """The background job runner."""
+
+    lease_s: float = Field(
         30.0, gt=0, description="A running job not renewed for this long is requeued."
     )
-    job_poll_s: float = Field(1.0, gt=0, description="How often the runner looks for due jobs.")
-    job_max_attempts: int = Field(3, ge=1)
-    job_backoff_s: float = Field(2.0, ge=0, description="Wait before retry n: backoff * 2**(n-1).")
-    job_concurrency: int = Field(2, ge=1, description="Jobs one process runs at once.")
-    log_level: str = "INFO"
-    log_format: Literal["text", "json"] = Field(
+    poll_s: float = Field(1.0, gt=0, description="How often the runner looks for due jobs.")
+    max_attempts: int = Field(3, ge=1)
+    backoff_s: float = Field(2.0, ge=0, description="Wait before retry n: backoff * 2**(n-1).")
+    concurrency: int = Field(2, ge=1, description="Jobs one process runs at once.")
+
+
+class LogSettings(_Group):
+    level: str = "INFO"
+    format: Literal["text", "json"] = Field(
         "text", description="json: one JSON object a line, with the task uuid as a field."
     )
 
-    # Lifecycle: final summaries, inheritance, hooks, cleanup.
-    final_summary_backend: str = Field(
+
+# Lifecycle: final summaries, inheritance, hooks, cleanup.
+
+
+class FinalSummarySettings(_Group):
+    backend: str = Field(
         "", description="Named LLM backend for final summaries; empty: the default backend."
     )
-    final_summary_max_tokens: int = Field(3000, ge=64, description="Longest final summary.")
-    inheritance_enabled: bool = Field(True, description="Default of POST /tasks `inherit`.")
+    max_tokens: int = Field(3000, ge=64, description="Longest final summary.")
+
+
+class InheritanceSettings(_Group):
+    enabled: bool = Field(True, description="Default of POST /tasks `inherit`.")
     max_summary_tokens: int = Field(
         4000, ge=100, description="Largest inherited context message (summary + planning)."
     )
-    inheritance_wait_s: float = Field(
+    wait_s: float = Field(
         5.0, ge=0, description="How long a create waits for a pending final summary to inherit."
     )
-    webhooks: dict[str, WebhookConfig] = Field(
+
+
+class WebhookSettings(_Group):
+    hooks: dict[str, WebhookConfig] = Field(
         default_factory=dict, description="Named webhooks: JSON object name -> {url, events...}."
     )
+    timeout_s: float = Field(10.0, gt=0, description="Per delivery attempt.")
+    max_attempts: int = Field(5, ge=1, description="Deliveries tried before giving up.")
+
+    @field_validator("hooks")
+    @classmethod
+    def _hook_names(cls, hooks: dict[str, WebhookConfig]) -> dict[str, WebhookConfig]:
+        _check_names("WEBHOOKS", hooks)
+        return hooks
+
+
+class CleanupSettings(_Group):
+    days: int = Field(
+        30, ge=0, description="Finished tasks older than this are removed; 0: never by itself."
+    )
+    interval_s: float = Field(3600.0, gt=0, description="How often cleanup runs.")
+
+
+class AuthSettings(_Group):
     api_keys: Annotated[dict[str, ApiKeyConfig], NoDecode] = Field(
         default_factory=dict,
         description="Agent keys: comma-separated, or a JSON object name -> {key, role, users, "
@@ -255,47 +341,6 @@ class Settings(BaseSettings):
     )
     admin_api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = Field(
         (), description="Admin keys (delete, cleanup, maintenance): comma-separated."
-    )
-    webhook_timeout_s: float = Field(10.0, gt=0, description="Per delivery attempt.")
-    webhook_max_attempts: int = Field(5, ge=1, description="Deliveries tried before giving up.")
-    cleanup_days: int = Field(
-        30, ge=0, description="Finished tasks older than this are removed; 0: never by itself."
-    )
-    cleanup_interval_s: float = Field(3600.0, gt=0, description="How often cleanup runs.")
-
-    # A disk that fills up: /readyz, and SQLite's write-ahead log.
-    ready_min_free_bytes: int = Field(
-        32 * MiB,
-        ge=0,
-        description="/readyz answers 503 when the disk of CONTEXT_DIR (or of the SQLite "
-        "database) has less free space than this.",
-    )
-    wal_checkpoint_interval_s: float = Field(
-        60.0, gt=0, description="How often SQLite's write-ahead log is checkpointed and truncated."
-    )
-
-    # Threads, which the original design called "Stelis" (hence these names).
-    stelis_max_depth: int = Field(
-        3, ge=1, le=16, description="The deepest a thread may be; the root is at depth 0."
-    )
-    stelis_default_window_ratio: float = Field(
-        0.8, gt=0, lt=1, description="Share of its parent's window a new thread gets."
-    )
-
-    # LLM backends (app/llm/). "extractive" (the default) needs no network and no chat backend.
-    llm_backend: Literal["extractive", "openai", "ollama", "anthropic"] = "extractive"
-    llm_base_url: str = Field("", description="Empty: the kind's usual URL (see app/llm/).")
-    llm_model: str = ""
-    llm_api_key: SecretStr | None = None
-    llm_timeout_s: float = Field(60.0, gt=0, description="Per attempt, not per call.")
-    llm_max_retries: int = Field(2, ge=0, le=10, description="Attempts = 1 + retries.")
-    llm_retry_backoff_s: float = Field(
-        0.5, ge=0, description="First wait between attempts; doubles each time."
-    )
-    llm_retry_backoff_max_s: float = Field(8.0, ge=0, description="Longest wait between attempts.")
-    llm_window: int = Field(32_768, ge=256, description="The backend model's own context window.")
-    llm_backends: dict[str, LLMBackendConfig] = Field(
-        default_factory=dict, description="Named backends a request may choose: JSON object."
     )
 
     @field_validator("api_keys", mode="before")
@@ -308,16 +353,6 @@ class Settings(BaseSettings):
         if value.startswith("{"):
             return json.loads(value, object_pairs_hook=_unique_names)
         return {f"agent-{i}": {"key": k} for i, k in enumerate(_comma_list(value), 1)}
-
-    @field_validator("compaction_tiers", mode="before")
-    @classmethod
-    def _tier_list(cls, value: Any) -> Any:
-        return _comma_list(value) if isinstance(value, str) else value
-
-    @field_validator("compaction_tiers")
-    @classmethod
-    def _tiers_fit(cls, tiers: tuple[str, ...]) -> tuple[str, ...]:
-        return check_tiers(tiers)
 
     @field_validator("admin_api_keys", mode="before")
     @classmethod
@@ -336,7 +371,7 @@ class Settings(BaseSettings):
             )
         if any(len(key.get_secret_value()) < 16 for key in self.admin_api_keys):
             raise ValueError("API keys must have at least 16 characters")
-        secrets = [c.key.get_secret_value() for c in self.auth_keys.values()]
+        secrets = [c.key.get_secret_value() for c in self.keys.values()]
         if any(s != s.strip() for s in secrets):
             raise ValueError("API keys may not start or end with spaces")
         if len(set(secrets)) != len(secrets):
@@ -344,7 +379,7 @@ class Settings(BaseSettings):
         return self
 
     @property
-    def auth_keys(self) -> dict[str, ApiKeyConfig]:
+    def keys(self) -> dict[str, ApiKeyConfig]:
         """Every configured key by name: API_KEYS' and ADMIN_API_KEYS' (admin-1, admin-2...)."""
         return self.api_keys | self._admin_keys()
 
@@ -354,24 +389,251 @@ class Settings(BaseSettings):
             for i, key in enumerate(self.admin_api_keys, 1)
         }
 
+
+class ThreadSettings(_Group):
+    """Threads, which the original design called "Stelis" (hence the flat names STELIS_*)."""
+
+    max_depth: int = Field(
+        3, ge=1, le=16, description="The deepest a thread may be; the root is at depth 0."
+    )
+    default_window_ratio: float = Field(
+        0.8, gt=0, lt=1, description="Share of its parent's window a new thread gets."
+    )
+
+
+class LLMSettings(_Group):
+    """LLM backends (app/llm/). "extractive" (the default) needs no network and no chat backend."""
+
+    backend: Literal["extractive", "openai", "ollama", "anthropic"] = "extractive"
+    base_url: str = Field("", description="Empty: the kind's usual URL (see app/llm/).")
+    model: str = ""
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(60.0, gt=0, description="Per attempt, not per call.")
+    max_retries: int = Field(2, ge=0, le=10, description="Attempts = 1 + retries.")
+    retry_backoff_s: float = Field(
+        0.5, ge=0, description="First wait between attempts; doubles each time."
+    )
+    retry_backoff_max_s: float = Field(8.0, ge=0, description="Longest wait between attempts.")
+    window: int = Field(32_768, ge=256, description="The backend model's own context window.")
+    backends: dict[str, LLMBackendConfig] = Field(
+        default_factory=dict, description="Named backends a request may choose: JSON object."
+    )
+
     @model_validator(mode="after")
     def _check_llm(self) -> Self:
-        if self.llm_backend != "extractive" and not self.llm_model:
-            raise ValueError(f"LLM_MODEL must be set when LLM_BACKEND is {self.llm_backend}")
-        taken = RESERVED_BACKEND_NAMES.intersection(self.llm_backends)
+        if self.backend != "extractive" and not self.model:
+            raise ValueError(f"LLM_MODEL must be set when LLM_BACKEND is {self.backend}")
+        taken = RESERVED_BACKEND_NAMES.intersection(self.backends)
         if taken:
             raise ValueError(f"LLM_BACKENDS may not use the reserved names {sorted(taken)}")
-        for setting, names in (("LLM_BACKENDS", self.llm_backends), ("WEBHOOKS", self.webhooks)):
-            bad = [name for name in names if not _BACKEND_NAME.fullmatch(name)]
-            if bad:
-                raise ValueError(f"{setting} names must match {_BACKEND_NAME.pattern}: {bad}")
+        _check_names("LLM_BACKENDS", self.backends)
         return self
+
+
+# The flat environment names, each read into its group's field. A GROUP__FIELD name wins over
+# its flat one when both are set.
+LEGACY_ENV: dict[str, tuple[str, str]] = {
+    "HOST": ("server", "host"),
+    "PORT": ("server", "port"),
+    "MAX_CONNECTIONS": ("server", "max_connections"),
+    "KEEP_ALIVE_TIMEOUT_S": ("server", "keep_alive_timeout_s"),
+    "MAX_BODY_BYTES": ("limits", "max_body_bytes"),
+    "MAX_MESSAGE_BYTES": ("limits", "max_message_bytes"),
+    "MAX_BATCH_MESSAGES": ("limits", "max_batch_messages"),
+    "MAX_PAGE_BYTES": ("limits", "max_page_bytes"),
+    "MAX_JSON_DEPTH": ("limits", "max_json_depth"),
+    "BODY_READ_TIMEOUT_S": ("limits", "body_read_timeout_s"),
+    "MAX_DISCARD_BYTES": ("limits", "max_discard_bytes"),
+    "BODY_DISCARD_TIMEOUT_S": ("limits", "body_discard_timeout_s"),
+    "FSYNC": ("storage", "fsync"),
+    "HEAD_FLUSH_MS": ("storage", "head_flush_ms"),
+    "IO_THREADS": ("storage", "io_threads"),
+    "READY_MIN_FREE_BYTES": ("storage", "ready_min_free_bytes"),
+    "WAL_CHECKPOINT_INTERVAL_S": ("storage", "wal_checkpoint_interval_s"),
+    "DEFAULT_CONTEXT_LENGTH": ("compaction", "default_context_length"),
+    "CONTEXT_BUFFER": ("compaction", "context_buffer"),
+    "CONDENSE_THRESHOLD": ("compaction", "condense_threshold"),
+    "CONDENSE_PROFILE_THRESHOLDS": ("compaction", "condense_profile_thresholds"),
+    "TOKEN_THRESHOLD": ("compaction", "token_threshold"),
+    "COMPACTION_TIERS": ("compaction", "tiers"),
+    "KEEP_TOOL_RESULTS": ("compaction", "keep_tool_results"),
+    "MASK_MIN_TOKENS": ("compaction", "mask_min_tokens"),
+    "MIN_GAIN_SHARE": ("compaction", "min_gain_share"),
+    "RELIEF_SHARE": ("compaction", "relief_share"),
+    "KEEP_RECENT": ("compaction", "keep_recent"),
+    "MIN_TO_COMPRESS": ("compaction", "min_to_compress"),
+    "CONDENSE_PROMPT": ("compaction", "condense_prompt"),
+    "CONDENSE_BACKEND": ("compaction", "condense_backend"),
+    "SUMMARY_MAX_TOKENS": ("compaction", "summary_max_tokens"),
+    "SUMMARY_MAX_SHARE": ("compaction", "summary_max_share"),
+    "REQUEST_CONDENSE_TIMEOUT_S": ("compaction", "request_condense_timeout_s"),
+    "CALIBRATION_MIN": ("calibration", "min"),
+    "CALIBRATION_MAX": ("calibration", "max"),
+    "CALIBRATION_SMOOTHING": ("calibration", "smoothing"),
+    "JOB_LEASE_S": ("job", "lease_s"),
+    "JOB_POLL_S": ("job", "poll_s"),
+    "JOB_MAX_ATTEMPTS": ("job", "max_attempts"),
+    "JOB_BACKOFF_S": ("job", "backoff_s"),
+    "JOB_CONCURRENCY": ("job", "concurrency"),
+    "LOG_LEVEL": ("log", "level"),
+    "LOG_FORMAT": ("log", "format"),
+    "FINAL_SUMMARY_BACKEND": ("final_summary", "backend"),
+    "FINAL_SUMMARY_MAX_TOKENS": ("final_summary", "max_tokens"),
+    "INHERITANCE_ENABLED": ("inheritance", "enabled"),
+    "MAX_SUMMARY_TOKENS": ("inheritance", "max_summary_tokens"),
+    "INHERITANCE_WAIT_S": ("inheritance", "wait_s"),
+    "WEBHOOKS": ("webhook", "hooks"),
+    "WEBHOOK_TIMEOUT_S": ("webhook", "timeout_s"),
+    "WEBHOOK_MAX_ATTEMPTS": ("webhook", "max_attempts"),
+    "CLEANUP_DAYS": ("cleanup", "days"),
+    "CLEANUP_INTERVAL_S": ("cleanup", "interval_s"),
+    "API_KEYS": ("auth", "api_keys"),
+    "ADMIN_API_KEYS": ("auth", "admin_api_keys"),
+    "STELIS_MAX_DEPTH": ("threads", "max_depth"),
+    "STELIS_DEFAULT_WINDOW_RATIO": ("threads", "default_window_ratio"),
+    "LLM_BACKEND": ("llm", "backend"),
+    "LLM_BASE_URL": ("llm", "base_url"),
+    "LLM_MODEL": ("llm", "model"),
+    "LLM_API_KEY": ("llm", "api_key"),
+    "LLM_TIMEOUT_S": ("llm", "timeout_s"),
+    "LLM_MAX_RETRIES": ("llm", "max_retries"),
+    "LLM_RETRY_BACKOFF_S": ("llm", "retry_backoff_s"),
+    "LLM_RETRY_BACKOFF_MAX_S": ("llm", "retry_backoff_max_s"),
+    "LLM_WINDOW": ("llm", "window"),
+    "LLM_BACKENDS": ("llm", "backends"),
+}
+GROUPS = frozenset(group for group, _ in LEGACY_ENV.values())
+
+
+class Settings(BaseSettings):
+    """Top-level settings, and the groups. In the environment a group's field is GROUP__FIELD
+    (``LLM__TIMEOUT_S``) or its flat name in ``LEGACY_ENV`` (``LLM_TIMEOUT_S``)."""
+
+    # hide_input_in_errors: a refused setting may be a secret (an API key); never echo it.
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        case_sensitive=False,
+        env_nested_delimiter="__",
+        hide_input_in_errors=True,
+    )
+
+    context_dir: Path = Field(Path("contexts"), description="Root of the per-task directories.")
+    database_url: str = Field(
+        "", description="SQLAlchemy async URL; empty means SQLite at CONTEXT_DIR/tasks.db."
+    )
+    token_counter: Literal["auto", "heuristic", "o200k_base", "cl100k_base"] = Field(
+        "auto",
+        description="auto: exact BPE counts for the model's family (o200k_base unless an older "
+        "OpenAI model), the characters/4 heuristic if the encoding cannot be loaded.",
+    )
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    calibration: CalibrationSettings = Field(default_factory=CalibrationSettings)
+    job: JobSettings = Field(default_factory=JobSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+    final_summary: FinalSummarySettings = Field(default_factory=FinalSummarySettings)
+    inheritance: InheritanceSettings = Field(default_factory=InheritanceSettings)
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
+    cleanup: CleanupSettings = Field(default_factory=CleanupSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    threads: ThreadSettings = Field(default_factory=ThreadSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+
+    if not TYPE_CHECKING:  # for mypy, the pydantic plugin's __init__ with the fields' names
+
+        def __init__(self, **values: Any) -> None:
+            try:
+                super().__init__(**values)
+            except ValidationError as error:
+                raise _named_by_variable(error, values) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, EnvironmentSource(settings_cls)
 
     @property
     def effective_database_url(self) -> str:
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{self.context_dir.resolve() / 'tasks.db'}"
+
+
+class EnvironmentSource(EnvSettingsSource):
+    """The environment: the top-level fields by name, a group's fields as GROUP__FIELD, and
+    beneath those the flat names of ``LEGACY_ENV``."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        # A group is read field by field: a variable named like a group (LOG, SERVER) is not ours.
+        value, key, is_complex = super().get_field_value(field, field_name)
+        return (None if field_name in GROUPS else value), key, is_complex
+
+    def __call__(self) -> dict[str, Any]:
+        data = super().__call__()
+        for name, (group, field) in LEGACY_ENV.items():
+            value = self.env_vars.get(name.lower())
+            if value is None or field in data.get(group, {}):
+                continue
+            info = _group_fields(group)[field]
+            if self.field_is_complex(info):
+                try:
+                    value = self.decode_complex_value(field, info, value)
+                except ValueError as error:
+                    raise SettingsError(f"{name} is not valid JSON: {error}") from None
+            data.setdefault(group, {})[field] = value
+        return data
+
+
+def _group_fields(group: str) -> dict[str, FieldInfo]:
+    model = Settings.model_fields[group].annotation
+    assert isinstance(model, type)
+    assert issubclass(model, BaseModel)
+    return model.model_fields
+
+
+def _named_by_variable(error: ValidationError, given: dict[str, Any]) -> ValidationError:
+    """``error`` with each value that came from the environment located by its variable
+    (``LLM_TIMEOUT_S``, not ``llm.timeout_s``): what the operator has to find and mend."""
+    present = {name.upper() for name in os.environ}
+    renamed = False
+    details: list[InitErrorDetails] = []
+    for line in error.errors():
+        loc = line["loc"]
+        if len(loc) >= 2 and loc[0] in GROUPS and not _given(given.get(loc[0]), loc[1]):
+            group, field = loc[0], loc[1]
+            names = [f"{group}__{field}".upper()]
+            names += [name for name, target in LEGACY_ENV.items() if target == (group, field)]
+            variable = next((name for name in names if name in present), None)
+            if variable is not None:
+                loc, renamed = (variable, *loc[2:]), True
+        details.append(
+            InitErrorDetails(
+                type=PydanticCustomError(line["type"], line["msg"]), loc=loc, input=line["input"]
+            )
+        )
+    if not renamed:
+        return error
+    return ValidationError.from_exception_data(error.title, details, hide_input=True)
+
+
+def _given(group: Any, field: str | int) -> bool:
+    """Whether the arguments set this field of the group (a model given replaces the group)."""
+    return isinstance(group, BaseModel) or (isinstance(group, dict) and field in group)
+
+
+def _check_names(setting: str, names: Iterable[str]) -> None:
+    bad = [name for name in names if not _BACKEND_NAME.fullmatch(name)]
+    if bad:
+        raise ValueError(f"{setting} names must match {_BACKEND_NAME.pattern}: {bad}")
 
 
 def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -79,7 +79,7 @@ def build_services(
     counting: TokenCounting,
 ) -> Services:
     metrics = Metrics()
-    jobs = JobQueue(db, max_attempts=settings.job_max_attempts, lease_s=settings.job_lease_s)
+    jobs = JobQueue(db, max_attempts=settings.job.max_attempts, lease_s=settings.job.lease_s)
     budgets = Budgets(settings, counting)
     trigger = CondenseTrigger(budgets, jobs)
     store = ContextStore(
@@ -92,24 +92,24 @@ def build_services(
         after_commit=trigger.after_append,
     )
     backends = build_backends(settings, http, metrics)
-    inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance_wait_s)
+    inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance.wait_s)
     tasks = TaskService(store, budgets, jobs, settings)
     creation = TaskCreation(tasks, store, budgets, inheritance, settings, frozenset(backends))
     summarizer = Summarizer(
         backends=backends,
         # The summariser's window is the LLM's; what it costs is counted like a default task.
-        counter=counting.counter(counting.counter_name(settings.llm_model)),
-        prompt=settings.condense_prompt,
-        backend_name=settings.condense_backend,
-        max_tokens=settings.summary_max_tokens,
+        counter=counting.counter(counting.counter_name(settings.llm.model)),
+        prompt=settings.compaction.condense_prompt,
+        backend_name=settings.compaction.condense_backend,
+        max_tokens=settings.compaction.summary_max_tokens,
     )
     compaction = CompactionService(store, budgets, summarizer, settings, metrics=metrics)
     final_summaries = FinalSummaryService(
         store,
         summarizer,
         jobs,
-        backend=settings.final_summary_backend,
-        max_tokens=settings.final_summary_max_tokens,
+        backend=settings.final_summary.backend,
+        max_tokens=settings.final_summary.max_tokens,
     )
 
     async def condense_job(job: Job) -> dict[str, object]:
@@ -122,7 +122,7 @@ def build_services(
             file_name=file_name,
             key=key,
             time_field=time_field,
-            max_page_bytes=settings.max_page_bytes,
+            max_page_bytes=settings.limits.max_page_bytes,
         )
 
     runner = JobRunner(
@@ -136,12 +136,12 @@ def build_services(
                 summarizer,
                 jobs,
                 trigger.after_append,
-                max_tokens=settings.summary_max_tokens,
+                max_tokens=settings.compaction.summary_max_tokens,
             ).write,
         },
-        poll_s=settings.job_poll_s,
-        backoff_s=settings.job_backoff_s,
-        concurrency=settings.job_concurrency,
+        poll_s=settings.job.poll_s,
+        backoff_s=settings.job.backoff_s,
+        concurrency=settings.job.concurrency,
     )
     return Services(
         settings=settings,
@@ -188,7 +188,7 @@ async def warm_counters(counting: TokenCounting, db: Database, settings: Setting
         names = await counter_names(session)
 
     def load() -> None:
-        names.update(counting.counter_name(model) for model in ("", settings.llm_model))
+        names.update(counting.counter_name(model) for model in ("", settings.llm.model))
         for name in names:
             counting.costs(name)
 
@@ -224,7 +224,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
 async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
     settings: Settings = app.state.settings
     loop = asyncio.get_running_loop()
-    loop.set_default_executor(ThreadPoolExecutor(settings.io_threads, "context-io"))
+    loop.set_default_executor(ThreadPoolExecutor(settings.storage.io_threads, "context-io"))
     async with open_services(settings) as services:
         await services.runner.start()
         cleanup = start_periodic_cleanup(services.maintenance, settings)

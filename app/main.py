@@ -30,7 +30,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings)
     # With keys configured nothing but health answers without one: the schema and docs pages
     # are not served (openapi.yaml in the repository documents the API).
-    public = not settings.auth_keys
+    public = not settings.auth.keys
     app = FastAPI(
         title="Context service",
         version="0.1.0",
@@ -44,14 +44,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(
         BodyLimitMiddleware,
-        max_bytes=settings.max_body_bytes,
-        read_timeout_s=settings.body_read_timeout_s,
-        discard_bytes=settings.max_discard_bytes,
-        discard_timeout_s=settings.body_discard_timeout_s,
+        max_bytes=settings.limits.max_body_bytes,
+        read_timeout_s=settings.limits.body_read_timeout_s,
+        discard_bytes=settings.limits.max_discard_bytes,
+        discard_timeout_s=settings.limits.body_discard_timeout_s,
     )
     app.add_middleware(NulQueryMiddleware)
     # Outside the body limit: a caller without a key has nothing of its body read.
-    app.add_middleware(AuthMiddleware, keys=settings.auth_keys)
+    app.add_middleware(AuthMiddleware, keys=settings.auth.keys)
     # Added last, so outermost: requests refused by the body limit are timed and logged too.
     app.add_middleware(RequestMetricsMiddleware)
     app.add_middleware(TaskLogContextMiddleware)

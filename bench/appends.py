@@ -22,7 +22,7 @@ import psutil
 from asgi_lifespan import LifespanManager
 from starlette.types import ASGIApp, Message
 
-from app.config import Settings
+from app.config import Settings, StorageSettings
 from app.main import create_app
 from bench.harness import (
     Report,
@@ -177,7 +177,9 @@ async def asgi_call(app: ASGIApp, method: str, path: str, body: bytes = b"") -> 
 
 async def breakdown(scratch: Path, count: int) -> list[tuple[str, float]]:
     """CPU ms per call of the append path's parts (process CPU: the worker threads count)."""
-    settings = Settings(context_dir=scratch / "breakdown" / "contexts", fsync="always")
+    settings = Settings(
+        context_dir=scratch / "breakdown" / "contexts", storage=StorageSettings(fsync="always")
+    )
     body = orjson.dumps({"role": "user", "content": MESSAGE})
     rows = []
     async with LifespanManager(create_app(settings)) as started:

@@ -44,7 +44,7 @@ from app.compaction.service import span_records
 from app.context.files import ContextFiles, rebuild
 from app.storage.jsonl import append_bytes, iter_lines
 from app.storage.layout import Layout
-from app.summaries.extractive import extractive_digest
+from app.summaries.digest import extractive_digest
 from app.summaries.summarizer import EXTRACTIVE_MAX_CHARS
 from bench.harness import Report, Service, Table, create_task, http_client, plain_read_s
 

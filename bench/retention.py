@@ -31,7 +31,7 @@ Every payload is checked against the whole history so far (``Facts``; ``check``)
   messages a turn adds are new. Reuse can, so it is what the target is measured on.)
 
 What counts as a path and as an error line is the extractive digest's published rules
-(``app.summaries.extractive``), so the digest is measured against what it sets out to keep;
+(``app.summaries.rules``), so the digest is measured against what it sets out to keep;
 whether a fact is in a payload is a plain substring test on the payload's whitespace-collapsed
 text (every content, tool call and argument), independent of how the fact got there; but an
 error line also counts when a summary lists it in a group of lines that differ in one value
@@ -54,15 +54,15 @@ from asgi_lifespan import LifespanManager
 
 from app.compaction.service import SUMMARY_HEADER
 from app.compaction.truncation import TRUNCATION_TEXT
-from app.config import Settings
+from app.config import CompactionSettings, LLMSettings, LogSettings, Settings, StorageSettings
 from app.main import create_app
 from app.summaries.excerpts import ELLIPSIS, normalize
-from app.summaries.extractive import (
-    ROOT_TOKEN,
+from app.summaries.layout import ROOT_TOKEN
+from app.summaries.rules import (
     TIER_ACTED,
-    content_text,
     record_errors,
     record_paths,
+    record_text,
     shows_error_line,
     tool_calls,
 )
@@ -75,15 +75,15 @@ from bench.replay import CORPUS, WINDOWS, max_output_tokens
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    tiers: tuple[str, ...]  # the compaction_tiers setting
+    tiers: tuple[str, ...]  # the compaction.tiers setting
 
     def settings(self, context_dir: Path) -> Settings:
         return Settings(
             context_dir=context_dir,
-            fsync="never",
-            llm_backend="extractive",
-            log_level="WARNING",
-            compaction_tiers=self.tiers,
+            storage=StorageSettings(fsync="never"),
+            llm=LLMSettings(backend="extractive"),
+            log=LogSettings(level="WARNING"),
+            compaction=CompactionSettings(tiers=self.tiers),
         )
 
 
@@ -174,7 +174,7 @@ class Facts:
     def add(self, message: dict[str, Any]) -> None:
         role = message["role"]
         if role == "user":
-            text = content_text(message.get("content"))
+            text = record_text(message)
             if self.first_instruction is None:
                 self.first_instruction = text
             elif text.strip():
@@ -207,7 +207,7 @@ class Check:
 
 def message_text(message: dict[str, Any]) -> str:
     """A payload message's content, tool calls and their arguments (raw and parsed)."""
-    parts = [content_text(message.get("content"))]
+    parts = [record_text(message)]
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         parts += [str(function.get("name")), str(function.get("arguments"))]
@@ -244,9 +244,7 @@ def is_truncation(message: dict[str, Any]) -> bool:
 def kept_whole_or_cut(text: str, payload: list[dict[str, Any]]) -> bool:
     """A payload user message is ``text``, or ``text`` elided (its start kept)."""
     start = text[:QUOTE_CHARS]
-    return any(
-        m["role"] == "user" and content_text(m.get("content")).startswith(start) for m in payload
-    )
+    return any(m["role"] == "user" and record_text(m).startswith(start) for m in payload)
 
 
 def check(

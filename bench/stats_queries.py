@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from sqlalchemy import insert
 
-from app.config import Settings
+from app.config import CleanupSettings, Settings
 from app.db.engine import open_database
 from app.db.migrate import upgrade_to_head
 from app.db.models import Task
@@ -151,7 +151,7 @@ def time_cases(url: str, named: dict[str, dict[str, str]], runs: int) -> list[di
 def run(quick: bool, scratch: Path) -> Report:
     count, runs = (2_000, 2) if quick else (100_000, 7)
     # No periodic cleanup: the rows go back DAYS days and would be removed under the bench.
-    settings = Settings(context_dir=scratch / "contexts", cleanup_days=0)
+    settings = Settings(context_dir=scratch / "contexts", cleanup=CleanupSettings(days=0))
     started = time.perf_counter()
     rows = asyncio.run(populate(settings, count))
     populate_s = time.perf_counter() - started

@@ -50,7 +50,7 @@ class OrjsonRoute(APIRoute):
 
         async def route(request: Request) -> Response:
             parsed = OrjsonRequest(request.scope, request.receive)
-            await parsed.check_depth(request.app.state.settings.max_json_depth)
+            await parsed.check_depth(request.app.state.settings.limits.max_json_depth)
             return await handler(parsed)
 
         return route

@@ -36,22 +36,24 @@ class Budgets:
         """The budget of a task on ``model`` (one being created has no calibration yet)."""
         settings = self.settings
         share = effective_threshold(
-            settings.condense_threshold, settings.condense_profile_thresholds.get(model), model
+            settings.compaction.condense_threshold,
+            settings.compaction.condense_profile_thresholds.get(model),
+            model,
         )
         return budget_for(
             window,
             reserved,
-            buffer=settings.context_buffer,
+            buffer=settings.compaction.context_buffer,
             condense_threshold=share,
-            token_threshold=settings.token_threshold,
+            token_threshold=settings.compaction.token_threshold,
             calibration=calibration,
         )
 
     def compaction_options(self, task: Task) -> CompactionOptions:
         """The task's compaction tiers and masking, its own choices over the server's."""
         server = CompactionOptions(
-            tiers=self.settings.compaction_tiers,
-            keep_tool_results=self.settings.keep_tool_results,
+            tiers=self.settings.compaction.tiers,
+            keep_tool_results=self.settings.compaction.keep_tool_results,
         )
         return server.merged(task.compaction)
 

@@ -36,13 +36,13 @@ from app.db.models import Task
 from app.errors import AppError, ErrorCode, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import native_format
 from app.formats.costs import FormatTokens, TokenCosts, in_format
-from app.formats.parts import plain_text
+from app.formats.parts import content_text, stand_in
 from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, timed_compaction
 from app.planning.items import latest_items
 from app.storage.layout import PLANNING
+from app.summaries.collectors import grouped_errors
 from app.summaries.excerpts import ELISION_TEXT, normalize
-from app.summaries.extractive import grouped_errors
 from app.summaries.summarizer import Summarizer, SummaryLimit
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
@@ -149,7 +149,7 @@ class CompactionService:
         (``explicit``) only has to free something."""
         if explicit:
             return gain <= 0
-        return gain < self.settings.min_gain_share * context_tokens
+        return gain < self.settings.compaction.min_gain_share * context_tokens
 
     def _cost(self, task: Task, message: Mapping[str, Any]) -> tuple[int, FormatTokens]:
         return self.store.counting.costs(task.token_counter).message(openai_message(message))
@@ -190,8 +190,8 @@ class CompactionService:
                 before = self.budgets.context_tokens(locked, head, fmt)
                 plan = plans.plan_condense(
                     entries,
-                    keep_recent=self.settings.keep_recent,
-                    min_to_compress=self.settings.min_to_compress,
+                    keep_recent=self.settings.compaction.keep_recent,
+                    min_to_compress=self.settings.compaction.min_to_compress,
                 )
                 if isinstance(plan, Skip):
                     return Outcome("skipped", before, before, reason=plan.reason)
@@ -244,7 +244,7 @@ class CompactionService:
         heading = SUMMARY_HEADER.format(count=messages)
         overhead = in_format(*self._cost(locked.task, {"role": "user", "content": heading}), fmt)
         counter = self.store.counting.costs(locked.task.token_counter).counter
-        share = int(allowed * self.settings.summary_max_share)
+        share = int(allowed * self.settings.compaction.summary_max_share)
         return SummaryLimit(max(1, share - overhead), counter)
 
     async def _commit_condense(
@@ -311,7 +311,7 @@ class CompactionService:
             original = sum(entries[i].tokens for i in chosen)
             placeholders = sum(in_format(m["tokens"], m["format_tokens"], fmt) for m in masks)
             gain = original - placeholders
-            floor = 1 if explicit else self.settings.mask_min_tokens
+            floor = 1 if explicit else self.settings.compaction.mask_min_tokens
             if gain < floor or self._too_little(gain, before, explicit=explicit):
                 return Outcome("skipped", before, before, reason="too_little_gain")
             seqs = [m["seq"] for m in masks]
@@ -436,7 +436,7 @@ class CompactionService:
                 # payload's prefix each time (the provider's prompt cache lost).
                 excess = max(
                     measure.tokens - measure.budget.allowed,
-                    int(measure.tokens * self.settings.min_gain_share),
+                    int(measure.tokens * self.settings.compaction.min_gain_share),
                 )
                 step = await self._step(tier, task_uuid, fmt, thread_id, excess, relaxed)
                 # Measure again after a change, and after any condense: a skipped one may have
@@ -491,7 +491,10 @@ class CompactionService:
             if step.kind != "skipped":
                 last = step
                 measure = await self._measure(task_uuid, thread_id, measure.fmt)
-                if measure.tokens < measure.budget.threshold * self.settings.relief_share:
+                if (
+                    measure.tokens
+                    < measure.budget.threshold * self.settings.compaction.relief_share
+                ):
                     break
             elif last is None:
                 last = step
@@ -525,7 +528,7 @@ class CompactionService:
 
     async def _condense_in_time(self, task_uuid: str, fmt: str, thread_id: int) -> Outcome | None:
         try:
-            async with asyncio.timeout(self.settings.request_condense_timeout_s):
+            async with asyncio.timeout(self.settings.compaction.request_condense_timeout_s):
                 return await self.condense(task_uuid, fmt=fmt, thread_id=thread_id)
         except (TimeoutError, CompactionFailed) as exc:
             log.warning(
@@ -547,8 +550,8 @@ class CompactionService:
             _, entries, _ = await self._index(locked, fmt)
         condense = plans.plan_condense(
             entries,
-            keep_recent=self.settings.keep_recent,
-            min_to_compress=self.settings.min_to_compress,
+            keep_recent=self.settings.compaction.keep_recent,
+            min_to_compress=self.settings.compaction.min_to_compress,
         )
         if isinstance(condense, Span):
             return {"action": "condense", **_describe(condense, entries)}
@@ -878,7 +881,7 @@ def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
 def elided(counter: TextCounter, content: Any, excess: int) -> str:
     """The content with its middle cut so that about ``excess`` (+10%) tokens go, keeping at
     least ``ELIDED_TEXT_TOKENS`` of its start and end."""
-    text = plain_text(content)
+    text = content_text(content, non_text=stand_in)
     tokens = max(1, content_tokens(counter, text))
     chars_per_token = len(text) / tokens
     kept = int(plans.ELIDED_TEXT_TOKENS * chars_per_token)
@@ -921,7 +924,7 @@ def mask_placeholder(result: dict[str, Any], function: dict[str, Any]) -> str:
     """``[output of read_file(path="src/a.py") hidden to save context: 412 lines, 18.3 KB;
     seq 57 of the task's history]``, and the output's error lines, grouped as a digest groups
     them (an error is the fact of an output an agent most needs again)."""
-    text = plain_text(result.get("content"))
+    text = content_text(result.get("content"), non_text=stand_in)
     name = function.get("name") or result.get("tool_name") or "a tool"
     arguments = _short_arguments(function.get("arguments") or "")
     size = len(text.encode())

@@ -15,16 +15,8 @@ from typing import Any
 
 from app.context.effective import marker_kind, position
 from app.summaries.excerpts import cut_end, normalize
-from app.summaries.extractive import (
-    ERRORS,
-    FILES,
-    MORE_ITEMS_RE,
-    USER_REQUESTS,
-    acted_paths,
-    content_text,
-    listed_sections,
-    record_errors,
-)
+from app.summaries.layout import ERRORS, FILES, MORE_ITEMS_RE, USER_REQUESTS, listed_sections
+from app.summaries.rules import acted_paths, record_errors, record_text
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
 
@@ -71,12 +63,12 @@ def hidden_facts(hidden: Iterable[dict[str, Any]]) -> HiddenFacts:
     for record in hidden:
         kind = marker_kind(record)
         if kind == "truncation":
-            facts.carry(content_text(record.get("content")))
+            facts.carry(record_text(record))
             continue
         if kind not in (None, "elision"):
             continue  # a summary keeps its own facts (an elided message is still a message)
         if record.get("role") == "user":
-            text = normalize(content_text(record.get("content")))
+            text = normalize(record_text(record))
             if text:
                 quote = f"[seq {position(record)}] {cut_end(text, QUOTE_CHARS)}"
                 facts.add(USER_REQUESTS, quote)

@@ -149,20 +149,20 @@ class ContextStore:
         self.locks = locks
         self.counting = counting
         self.calibration = CalibrationPolicy(
-            low=settings.calibration_min,
-            high=settings.calibration_max,
-            smoothing=settings.calibration_smoothing,
+            low=settings.calibration.min,
+            high=settings.calibration.max,
+            smoothing=settings.calibration.smoothing,
         )
-        self.fsync = settings.fsync == "always"
+        self.fsync = settings.storage.fsync == "always"
         self.write_behind = WriteBehind(
             db=db,
             locks=locks,
-            every_s=settings.head_flush_ms / 1000,
+            every_s=settings.storage.head_flush_ms / 1000,
             on_written=self._written_behind,
         )
         self._rows: dict[str, _RememberedRow] = {}  # running tasks' rows, by uuid
         self._on_damaged_files = on_damaged_files
-        self._max_message_bytes = settings.max_message_bytes
+        self._max_message_bytes = settings.limits.max_message_bytes
         self._appends = AppendQueues(self._commit_group)
         self.after_commit = after_commit
 

@@ -56,13 +56,14 @@ import orjson
 
 from app.formats.parts import (
     compact_json,
+    content_text,
     data_image,
     is_web_url,
     output_limit,
     parse_arguments,
     part_text,
     placeholder,
-    plain_text,
+    stand_in,
 )
 from app.tokens.accounting import (
     IMAGE_WITHOUT_DATA,
@@ -148,7 +149,7 @@ def text_blocks(text: str) -> list[Block]:
 
 
 def system_text(message: dict[str, Any]) -> str | None:
-    text = plain_text(message.get("content"))
+    text = content_text(message.get("content"), non_text=stand_in)
     return text if text.strip() else None
 
 
@@ -193,7 +194,7 @@ def tool_use(call: dict[str, Any], tool_id: str) -> Block:
 
 def tool_result(message: dict[str, Any], tool_id: str) -> Block:
     block: Block = {"type": "tool_result", "tool_use_id": tool_id}
-    text = plain_text(message.get("content"))
+    text = content_text(message.get("content"), non_text=stand_in)
     if text.strip():
         block["content"] = text
     return block
@@ -295,7 +296,7 @@ class AnthropicRenderer:
             blocks = (
                 [tool_result(message, tool_id)]
                 if tool_id
-                else text_blocks(plain_text(message.get("content")))
+                else text_blocks(content_text(message.get("content"), non_text=stand_in))
             )
             self._emit("user", blocks, out)
             return

@@ -33,12 +33,13 @@ import orjson
 
 from app.formats.parts import (
     compact_json,
+    content_text,
     data_image,
     output_limit,
     parse_arguments,
     part_text,
     placeholder,
-    plain_text,
+    stand_in,
 )
 from app.tokens.accounting import (
     PER_MESSAGE,
@@ -129,7 +130,7 @@ def ollama_message(message: dict[str, Any], tool_name: str | None) -> dict[str, 
         if images:
             converted["images"] = images
     else:
-        converted["content"] = plain_text(content)
+        converted["content"] = content_text(content, non_text=stand_in)
     if role == "assistant" and message.get("tool_calls"):
         converted["tool_calls"] = [_tool_call(call) for call in message["tool_calls"]]
     if role == "tool":

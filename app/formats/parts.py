@@ -1,5 +1,6 @@
 """Pieces of an OpenAI message that every non-OpenAI format has to translate. Pure."""
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -59,28 +60,61 @@ def part_text(part: dict[str, Any]) -> str | None:
     return None
 
 
-def plain_text(content: Any) -> str:
-    """Content as one string: text parts joined by newlines, other parts as placeholders."""
+def content_text(
+    content: Any,
+    *,
+    non_text: Callable[[dict[str, Any]], str] | None = None,
+    keep_empty: bool = True,
+    strict: bool = False,
+) -> str:
+    """A message content as one string: a string as it is, None as "", a list of parts as the
+    texts of its text parts joined by newlines.
+
+    A part with no text (an image, a file, a refusal) is left out, or written as what
+    ``non_text`` makes of it (``stand_in``: what a format that cannot carry the part says
+    instead). ``keep_empty=False`` leaves out the empty texts too (the extractive digest reads
+    content so). Any other content is "", or with ``strict`` a ``ValueError`` (a chat backend's
+    messages and answers, which nothing validated before).
+    """
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    return "\n".join(_text_or_placeholder(part) for part in content)
+    if not isinstance(content, list):
+        if strict:
+            raise ValueError("content must be text or a list of parts")
+        return ""
+    texts = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        text = part.get("text")
+        if not isinstance(text, str):
+            if non_text is None:
+                continue
+            text = non_text(part)
+        if text or keep_empty:
+            texts.append(text)
+    return "\n".join(texts)
 
 
-def _text_or_placeholder(part: dict[str, Any]) -> str:
+def stand_in(part: dict[str, Any]) -> str:
+    """What a format writes for a part with no text: a refusal's words, else a placeholder."""
     text = part_text(part)
     return placeholder(part) if text is None else text
 
 
-def parse_arguments(arguments: str) -> dict[str, Any]:
-    """OpenAI's arguments string as a JSON object.
+def parse_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a JSON object.
 
-    Blank means no arguments ({}); anything that is not a JSON object (invalid JSON, a list, a
-    number, an object nested deeper than ``MAX_ARGUMENTS_DEPTH``) is kept verbatim under
-    ``RAW_ARGUMENTS_KEY``.
+    OpenAI's arguments string is parsed: blank means no arguments ({}); anything that is not a
+    JSON object (invalid JSON, a list, a number, an object nested deeper than
+    ``MAX_ARGUMENTS_DEPTH``) is kept verbatim under ``RAW_ARGUMENTS_KEY``. An object (as in
+    Ollama's messages) is taken as it is; anything else (None) means no arguments.
     """
-    if not arguments.strip():
+    if isinstance(arguments, dict):
+        return arguments
+    if not isinstance(arguments, str) or not arguments.strip():
         return {}
     try:
         parsed = orjson.loads(arguments)

@@ -11,6 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import SecretStr
 
+from app.formats.parts import content_text
+
 __all__ = ["ROLES", "BackendConfig", "ChatBackend", "chat_messages"]
 
 ROLES = frozenset({"system", "user", "assistant"})
@@ -73,23 +75,11 @@ def chat_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]
         role = message.get("role")
         if role not in ROLES:
             raise ValueError(f"message {index}: role must be one of {sorted(ROLES)}, not {role!r}")
-        out.append({"role": str(role), "content": content_text(message.get("content"), index)})
+        try:
+            text = content_text(message.get("content"), strict=True)
+        except ValueError as exc:
+            raise ValueError(f"message {index}: {exc}") from None
+        out.append({"role": str(role), "content": text})
     if not out:
         raise ValueError("no messages to send")
     return out
-
-
-def content_text(content: Any, index: int = 0) -> str:
-    """Text of an OpenAI message content: a string, None, or a list of parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [
-            part["text"]
-            for part in content
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        ]
-        return "\n".join(texts)
-    raise ValueError(f"message {index}: content must be text or a list of parts")

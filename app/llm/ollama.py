@@ -7,7 +7,7 @@ context and silently drops the start of a long prompt.
 
 from typing import Any
 
-from app.llm.base import content_text
+from app.formats.parts import content_text
 from app.llm.http import HTTPBackend
 
 __all__ = ["OllamaBackend"]
@@ -33,4 +33,4 @@ class OllamaBackend(HTTPBackend):
     def text(self, data: Any) -> str:
         if data.get("error"):
             raise ValueError("error in the answer")
-        return content_text(data["message"]["content"])
+        return content_text(data["message"]["content"], strict=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from app.llm.base import content_text
+from app.formats.parts import content_text
 from app.llm.http import HTTPBackend
 
 __all__ = ["OpenAIBackend"]
@@ -35,4 +35,4 @@ class OpenAIBackend(HTTPBackend):
         content = message.get("content")
         if content is None and message.get("refusal"):
             raise ValueError("the model refused")
-        return content_text(content)
+        return content_text(content, strict=True)

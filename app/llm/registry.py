@@ -52,12 +52,12 @@ def build_backends(
 ) -> dict[str, ChatBackend]:
     """Every configured chat backend by name; ``{}`` when only the extractive summarizer is."""
     backends: dict[str, ChatBackend] = {}
-    if settings.llm_backend != "extractive":
-        default = _config(settings, settings.llm_base_url, settings.llm_model, settings.llm_api_key)
+    if settings.llm.backend != "extractive":
+        default = _config(settings, settings.llm.base_url, settings.llm.model, settings.llm.api_key)
         backends[DEFAULT_BACKEND] = _make(
-            DEFAULT_BACKEND, settings.llm_backend, default, client, metrics
+            DEFAULT_BACKEND, settings.llm.backend, default, client, metrics
         )
-    for name, entry in settings.llm_backends.items():
+    for name, entry in settings.llm.backends.items():
         config = _config(
             settings,
             entry.base_url,
@@ -88,11 +88,11 @@ def _config(
         base_url=base_url,
         model=model,
         api_key=api_key,
-        timeout_s=settings.llm_timeout_s if timeout_s is None else timeout_s,
-        max_retries=settings.llm_max_retries if max_retries is None else max_retries,
-        window=settings.llm_window if window is None else window,
-        backoff_s=settings.llm_retry_backoff_s,
-        backoff_max_s=settings.llm_retry_backoff_max_s,
+        timeout_s=settings.llm.timeout_s if timeout_s is None else timeout_s,
+        max_retries=settings.llm.max_retries if max_retries is None else max_retries,
+        window=settings.llm.window if window is None else window,
+        backoff_s=settings.llm.retry_backoff_s,
+        backoff_max_s=settings.llm.retry_backoff_max_s,
     )
 
 

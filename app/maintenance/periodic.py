@@ -59,13 +59,13 @@ class Periodic:
 
 def start_periodic_cleanup(maintenance: MaintenanceService, settings: Settings) -> Periodic | None:
     """Start the cleanup every CLEANUP_INTERVAL_S; None when CLEANUP_DAYS is 0 (off)."""
-    if settings.cleanup_days == 0:
+    if settings.cleanup.days == 0:
         return None
 
     async def cleanup(stop: asyncio.Event) -> None:
         await maintenance.cleanup(stop=stop)
 
-    periodic = Periodic("periodic cleanup", settings.cleanup_interval_s, cleanup)
+    periodic = Periodic("periodic cleanup", settings.cleanup.interval_s, cleanup)
     periodic.start()
     return periodic
 
@@ -79,6 +79,6 @@ def start_periodic_checkpoint(db: Database, settings: Settings) -> Periodic | No
     async def checkpoint(_: asyncio.Event) -> None:
         await db.checkpoint()
 
-    periodic = Periodic("WAL checkpoint", settings.wal_checkpoint_interval_s, checkpoint)
+    periodic = Periodic("WAL checkpoint", settings.storage.wal_checkpoint_interval_s, checkpoint)
     periodic.start()
     return periodic

@@ -69,14 +69,14 @@ class MaintenanceService:
         ``older_than_days`` days ago (default CLEANUP_DAYS); ``stop`` set ends the run early,
         between two tasks."""
         if older_than_days is None:
-            if self.settings.cleanup_days == 0:
+            if self.settings.cleanup.days == 0:
                 # CLEANUP_DAYS=0 turns the periodic cleanup off; it must not turn a bare
                 # request into "remove every finished task".
                 raise InvalidInput(
                     "older_than_days is required when CLEANUP_DAYS is 0",
                     code=ErrorCode.OLDER_THAN_DAYS_REQUIRED,
                 )
-            older_than_days = self.settings.cleanup_days
+            older_than_days = self.settings.cleanup.days
         cutoff = datetime.now(UTC) - timedelta(days=older_than_days)
         counts = dict.fromkeys(_Outcome, 0)
         matched, listed = 0, list[str]()

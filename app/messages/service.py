@@ -27,11 +27,14 @@ class MessageService:
     ) -> tuple[AppendResult, bool]:
         """Append one message or a batch; returns the result and whether it was a replay."""
         messages = body.messages if isinstance(body, MessageBatch) else [body]
-        if len(messages) > self.settings.max_batch_messages:
+        if len(messages) > self.settings.limits.max_batch_messages:
             raise TooLarge(
-                f"a batch may hold at most {self.settings.max_batch_messages} messages",
+                f"a batch may hold at most {self.settings.limits.max_batch_messages} messages",
                 code=ErrorCode.BATCH_TOO_LARGE,
-                details={"messages": len(messages), "limit": self.settings.max_batch_messages},
+                details={
+                    "messages": len(messages),
+                    "limit": self.settings.limits.max_batch_messages,
+                },
             )
         response, replayed = await self.store.append(
             task_uuid, [m.fields() for m in messages], idempotency_key, thread_id
@@ -53,7 +56,7 @@ class MessageService:
                 after_seq,
                 limit,
                 snapshot.head.messages_bytes,
-                self.settings.max_page_bytes,
+                self.settings.limits.max_page_bytes,
             )
         finally:
             snapshot.close()

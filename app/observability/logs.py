@@ -123,7 +123,7 @@ QUIET_LOGGERS = ("httpx", "httpcore")
 
 
 def configure_logging(settings: Settings, stream: TextIO | None = None) -> ServiceHandler:
-    """Log to ``stream`` (stderr) in ``settings.log_format`` at ``settings.log_level``.
+    """Log to ``stream`` (stderr) in ``settings.log.format`` at ``settings.log.level``.
 
     Idempotent: a second call replaces the handler the first installed and leaves other
     handlers (pytest's, say) alone. Uvicorn's loggers lose their own handlers and propagate
@@ -134,11 +134,11 @@ def configure_logging(settings: Settings, stream: TextIO | None = None) -> Servi
     for old in [h for h in root.handlers if isinstance(h, ServiceHandler)]:
         root.removeHandler(old)
     handler = ServiceHandler(stream or sys.stderr)
-    handler.setFormatter(_formatter(settings.log_format))
+    handler.setFormatter(_formatter(settings.log.format))
     handler.addFilter(TaskFilter())
     handler.addFilter(QueryRedactor())
     root.addHandler(handler)
-    root.setLevel(settings.log_level.upper())
+    root.setLevel(settings.log.level.upper())
     for name in UVICORN_LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers.clear()

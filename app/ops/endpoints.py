@@ -54,7 +54,7 @@ async def readyz(db: DbDep, settings: SettingsDep, store: StoreDep) -> JSONRespo
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
-    floor = settings.ready_min_free_bytes
+    floor = settings.storage.ready_min_free_bytes
     root = store.layout.root
     checks["context_dir"] = await asyncio.to_thread(_writable_with_room, root, floor)
     database_dir = _sqlite_directory(db.engine.url)

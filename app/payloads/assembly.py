@@ -27,7 +27,7 @@ from app.context.store import ContextStore, LockedTask, Snapshot
 from app.db.models import Task, Thread
 from app.formats import counting_format, provider_format
 from app.formats.costs import TokenCosts, in_format
-from app.formats.parts import plain_text
+from app.formats.parts import content_text, stand_in
 from app.planning.pinning import pinned_line
 from app.storage.jsonl import iter_lines_backward
 from app.storage.layout import context_dir
@@ -214,7 +214,7 @@ class _AnchorRenderer:
                     message = orjson.loads(line)
                 except orjson.JSONDecodeError:
                     continue
-                text = plain_text(message.get("content")).strip()
+                text = content_text(message.get("content"), non_text=stand_in).strip()
                 if message.get("role") in ("user", "assistant") and text:
                     found.insert(0, (message["role"], text))
         return found

@@ -18,3 +18,22 @@ def cut_end(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 1].rstrip() + ELLIPSIS if limit > 0 else ""
+
+
+def cut_middle(text: str, limit: int, head: int, tail: int) -> str:
+    """``text`` if at most ``limit`` long, else its first ``head`` and last ``tail`` characters
+    around a marker that counts the characters cut."""
+    if len(text) <= limit:
+        return text
+    omitted = len(text) - head - tail
+    return f"{text[:head]} [{ELLIPSIS} {omitted} chars cut {ELLIPSIS}] {text[-tail:]}"
+
+
+def cut_middle_within(text: str, limit: int) -> str:
+    """``cut_middle`` to at most ``limit`` characters, marker included: two thirds kept from
+    the start, one from the end."""
+    marker = len(f" [{ELLIPSIS} {len(text)} chars cut {ELLIPSIS}] ")  # at least the real one
+    if limit - marker < 3:
+        return cut_end(text, limit)
+    tail = (limit - marker) // 3
+    return cut_middle(text, limit, limit - marker - tail, tail)

@@ -14,9 +14,10 @@ from typing import Any
 
 from app.context.records import openai_message
 from app.errors import ErrorCode, InvalidInput
+from app.formats.parts import content_text
 from app.llm.base import ChatBackend
 from app.planning.items import ChecklistItem, render_items
-from app.summaries.extractive import digest_within, extractive_digest
+from app.summaries.digest import digest_within, extractive_digest
 from app.tokens.accounting import content_tokens, message_tokens
 from app.tokens.counters import TextCounter
 
@@ -273,12 +274,9 @@ def _chat_role(message: dict[str, Any]) -> str:
 
 def _text(message: dict[str, Any]) -> str:
     """A message as plain text: tool calls and results spelled out."""
-    parts: list[str] = []
     content = message.get("content")
-    if isinstance(content, str):
-        parts.append(content)
-    elif isinstance(content, list):
-        parts += [p.get("text", f"[{p.get('type')}]") for p in content]
+    # A string, even empty, is a line; no content (None, no parts) is none.
+    parts = [content_text(content, non_text=_kind)] if isinstance(content, str) or content else []
     for call in message.get("tool_calls") or ():
         function = call.get("function", {})
         parts.append(f"[tool call {function.get('name')}: {function.get('arguments')}]")
@@ -286,6 +284,11 @@ def _text(message: dict[str, Any]) -> str:
         name = message.get("tool_name") or message.get("tool_call_id")
         return f"[tool result {name}]: " + "\n".join(parts)
     return "\n".join(parts)
+
+
+def _kind(part: dict[str, Any]) -> str:
+    """A part with no text, as the request shows it: its type ("[image_url]")."""
+    return f"[{part.get('type')}]"
 
 
 def _chunks(

@@ -53,7 +53,7 @@ class TaskCreation:
         self.inheritance = inheritance
         self.settings = settings
         self.backend_names = backend_names | {"extractive"}
-        self._fsync = settings.fsync == "always"
+        self._fsync = settings.storage.fsync == "always"
 
     async def create(self, body: TaskCreate) -> tuple[TaskView, bool]:
         """Create a task; returns it and whether it is new (False: an idempotent re-POST)."""
@@ -63,10 +63,10 @@ class TaskCreation:
                 code=ErrorCode.UNKNOWN_BACKEND,
                 details={"configured": sorted(self.backend_names)},
             )
-        check_chosen(self.settings.webhooks, body.hooks)
+        check_chosen(self.settings.webhook.hooks, body.hooks)
         task_uuid = str(body.uuid or uuid_module.uuid4())
         fingerprint = _fingerprint(body)
-        window = body.context_length or self.settings.default_context_length
+        window = body.context_length or self.settings.compaction.default_context_length
         reserved = body.max_output_tokens or default_reserved_output(window)
         budget = self.budgets.for_model(body.model, window, reserved)
         if budget.allowed <= 0:
@@ -106,12 +106,12 @@ class TaskCreation:
     async def _inherited(
         self, body: TaskCreate, counter_name: str, budget: Budget
     ) -> Inherited | None:
-        wanted = body.inherit if body.inherit is not None else self.settings.inheritance_enabled
+        wanted = body.inherit if body.inherit is not None else self.settings.inheritance.enabled
         if not wanted:
             return None
         counter = self.counting.counter(counter_name)
         # At most half the budget: a small window keeps room for the run itself.
-        limit = min(self.settings.max_summary_tokens, budget.allowed // INHERITED_SHARE)
+        limit = min(self.settings.inheritance.max_summary_tokens, budget.allowed // INHERITED_SHARE)
         return await self.inheritance.prepare(body.task_key, body.user, counter, limit)
 
     async def _create_locked(
@@ -241,7 +241,7 @@ class TaskCreation:
                 "model": task.model,
                 "context_length": task.context_length,
                 "max_output_tokens": task.max_output_tokens,
-                "compression_threshold": self.settings.condense_threshold,
+                "compression_threshold": self.settings.compaction.condense_threshold,
             },
             "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
             "request_defaults": body.request_defaults,
@@ -261,7 +261,7 @@ class TaskCreation:
                 initial,
                 costs=self.counting.costs(task.token_counter),
                 timestamp=utc_timestamp(),
-                max_message_bytes=self.settings.max_message_bytes,
+                max_message_bytes=self.settings.limits.max_message_bytes,
             ):
                 record_lines.append(line)
                 current_lines.append(accumulator.admit(record, line))

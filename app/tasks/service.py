@@ -112,14 +112,14 @@ class TaskService:
             jobs.append(self.jobs.new(task.uuid, "final_summary"))
         event = EVENTS.get(action)
         if event is not None:
-            names = hooks_for(self.settings.webhooks, task.hooks or [], event)
+            names = hooks_for(self.settings.webhook.hooks, task.hooks or [], event)
             record = task_out(view).model_dump(mode="json") if names else {}
             jobs += [
                 self.jobs.new(
                     task.uuid,
                     "webhook",
                     params={"hook": name, "event": event, "task": record},
-                    max_attempts=self.settings.webhook_max_attempts,
+                    max_attempts=self.settings.webhook.max_attempts,
                 )
                 for name in names
             ]

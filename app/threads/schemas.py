@@ -24,7 +24,7 @@ class ThreadCreate(BaseModel):
     )
     label: DBText | None = Field(None, max_length=255)
     window_ratio: float | None = Field(
-        None, gt=0, lt=1, description="Share of the parent's window; STELIS_DEFAULT_WINDOW_RATIO."
+        None, gt=0, lt=1, description="Share of the parent's window; THREADS__DEFAULT_WINDOW_RATIO."
     )
     max_depth: int = Field(
         3,
@@ -33,7 +33,7 @@ class ThreadCreate(BaseModel):
         le=16,
         description=(
             "The deepest a thread may be: the root is at depth 0, a thread one below its "
-            "parent (capped by the server's maximum)."
+            "parent (capped by THREADS__MAX_DEPTH)."
         ),
     )
     chronicle_prompt: DBText | None = Field(None, max_length=100_000)

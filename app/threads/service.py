@@ -53,7 +53,7 @@ class ThreadService:
             self._require_writable(parent, "start threads")
             threads = parent.threads
             parent_depth = parent.thread.depth if parent.thread else 0
-            max_depth = min(body.max_depth, self.settings.stelis_max_depth)
+            max_depth = min(body.max_depth, self.settings.threads.max_depth)
             if not may_start_under(parent_depth, max_depth):
                 raise Conflict(
                     f"a thread under thread {body.parent_thread_id} would be at depth "
@@ -74,7 +74,7 @@ class ThreadService:
                 thread_id=max(threads, default=ROOT) + 1,
                 parent_thread_id=body.parent_thread_id,
                 depth=parent_depth + 1,
-                window_ratio=body.window_ratio or self.settings.stelis_default_window_ratio,
+                window_ratio=body.window_ratio or self.settings.threads.default_window_ratio,
                 status="active",
                 label=body.label,
                 chronicle_prompt=body.chronicle_prompt,

@@ -34,7 +34,7 @@ class WebhookDelivery:
     async def deliver(self, job: Job) -> dict[str, Any]:
         params = job.params or {}
         name = params.get("hook", "")
-        hook = self.settings.webhooks.get(name)
+        hook = self.settings.webhook.hooks.get(name)
         if hook is None:  # configuration changed since the transition
             return {"skipped": "hook_not_configured", "hook": name}
         body = orjson.dumps(
@@ -50,7 +50,7 @@ class WebhookDelivery:
             headers[SIGNATURE_HEADER] = f"sha256={digest.hexdigest()}"
         try:
             response = await self.http.post(
-                hook.url, content=body, headers=headers, timeout=self.settings.webhook_timeout_s
+                hook.url, content=body, headers=headers, timeout=self.settings.webhook.timeout_s
             )
         except httpx.HTTPError as exc:
             # The URL is the operator's own configuration, but it may carry credentials: the

@@ -87,7 +87,7 @@ def bearer(name: str) -> str:
 
 
 def keyed_settings(context_dir: Path, **extra: Any) -> Settings:
-    return fast_settings(context_dir, api_keys=KEYS, **extra)
+    return fast_settings(context_dir, auth={"api_keys": KEYS}, **extra)
 
 
 async def send(
@@ -493,7 +493,7 @@ async def test_without_keys_every_route_answers_without_a_header(context_dir: Pa
 async def test_no_key_is_ever_logged(
     context_dir: Path, caplog: pytest.LogCaptureFixture, log_format: str
 ) -> None:
-    settings = keyed_settings(context_dir, log_format=log_format, log_level="DEBUG")
+    settings = keyed_settings(context_dir, log={"format": log_format, "level": "DEBUG"})
     secrets = [k["key"] for k in KEYS.values()] + [UNKNOWN_KEY, BASIC]
     answers: list[str] = []
     try:
@@ -545,14 +545,14 @@ async def test_no_key_is_ever_logged(
 )
 def test_a_bad_key_entry_is_refused(entry: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
-        Settings.model_validate({"api_keys": {"ci": entry}})
+        Settings.model_validate({"auth": {"api_keys": {"ci": entry}}})
 
 
 def test_a_16_character_key_is_enough_and_the_defaults_hold() -> None:
-    settings = Settings.model_validate({"api_keys": {"ci": {"key": "k" * 16}}})
-    config = settings.api_keys["ci"]
+    settings = Settings.model_validate({"auth": {"api_keys": {"ci": {"key": "k" * 16}}}})
+    config = settings.auth.api_keys["ci"]
     assert (config.role, config.users, config.task_sources) == ("agent", None, None)
-    assert Settings.model_validate({}).api_keys == {}  # the default: no authentication
+    assert Settings.model_validate({}).auth.api_keys == {}  # the default: no authentication
 
 
 def test_api_keys_come_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -562,7 +562,7 @@ def test_api_keys_come_from_the_environment_as_json(monkeypatch: pytest.MonkeyPa
     }
     monkeypatch.setenv("API_KEYS", json.dumps(keys))
     settings = Settings()
-    assert settings.api_keys == {
+    assert settings.auth.api_keys == {
         "ci": ApiKeyConfig(key=SecretStr(KEYS["admin"]["key"]), role="admin"),
         "acme": ApiKeyConfig(key=SecretStr(KEYS["alice"]["key"]), users=("alice", "carol")),
     }
@@ -679,7 +679,7 @@ def test_admin_api_keys_and_a_plain_list_of_agent_keys(monkeypatch: pytest.Monke
     is refused at start, its value never echoed."""
     monkeypatch.setenv("API_KEYS", "agent-key-0123456789, agent-key-abcdefghij")
     monkeypatch.setenv("ADMIN_API_KEYS", "admin-key-0123456789")
-    keys = Settings().auth_keys
+    keys = Settings().auth.keys
     assert {name: config.role for name, config in keys.items()} == {
         "agent-1": "agent",
         "agent-2": "agent",
@@ -706,7 +706,7 @@ def test_an_api_keys_name_that_admin_api_keys_also_gives_is_refused(
     assert "API_KEYS names ['admin-1'] are the names ADMIN_API_KEYS gives" in str(refused.value)
     assert secret not in str(refused.value)
     monkeypatch.setenv("API_KEYS", json.dumps({"admin-2": {"key": secret}}))
-    assert set(Settings().auth_keys) == {"admin-1", "admin-2"}  # no clash: both kept
+    assert set(Settings().auth.keys) == {"admin-1", "admin-2"}  # no clash: both kept
 
 
 def test_a_name_given_twice_in_api_keys_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ ERRORS_FLOOR = 0.90
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
     """Defaults but fsync (what is measured is what payloads keep, not durability)."""
-    return Settings(context_dir=context_dir, fsync="never")
+    return Settings(context_dir=context_dir, storage={"fsync": "never"})
 
 
 @pytest.mark.parametrize("name", FILES)

@@ -13,7 +13,9 @@ from tests.support.tasks import create_task
 def settings(context_dir: Path) -> Settings:
     return Settings(
         context_dir=context_dir,
-        condense_profile_thresholds={"small-model": 0.5, "odd-model": 3.0, "same-model": -1},
+        compaction={
+            "condense_profile_thresholds": {"small-model": 0.5, "odd-model": 3.0, "same-model": -1}
+        },
     )
 
 

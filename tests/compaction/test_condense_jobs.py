@@ -122,7 +122,7 @@ async def test_a_failing_summariser_fails_the_job_and_request_still_fits(
     """Errors and hangs: the job ends failed with its error (after its retries), and /request
     still serves a payload within budget, by truncation."""
     fake_llm.set(behaviour)
-    settings = impatient_llm_settings(context_dir, fake_llm, llm_timeout_s=0.3)
+    settings = impatient_llm_settings(context_dir, fake_llm, llm={"timeout_s": 0.3})
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=4000, **TASK)
         await fill(client, uuid, 12)
@@ -151,7 +151,7 @@ async def test_appends_do_not_wait_for_a_slow_summariser(
     while the LLM request is still unanswered."""
     fake_llm.set("ok", delay=3.0)
     async with running_app(
-        impatient_llm_settings(context_dir, fake_llm, llm_timeout_s=10)
+        impatient_llm_settings(context_dir, fake_llm, llm={"timeout_s": 10})
     ) as client:
         uuid = await new_task(client, context_length=4000, **TASK)
         await fill(client, uuid, 12)
@@ -183,14 +183,18 @@ async def test_a_job_running_when_the_process_stopped_resumes_after_restart(
     """The process stops mid-job (its LLM call hangs); after a restart the lease runs out,
     the job is queued again and completes."""
     fake_llm.set("hang")
-    settings = impatient_llm_settings(context_dir, fake_llm, llm_timeout_s=30, job_lease_s=0.5)
+    # A lease long enough to be renewed in time on a loaded machine (one that lapses while the
+    # first process runs would be a second attempt before the restart).
+    settings = impatient_llm_settings(
+        context_dir, fake_llm, llm={"timeout_s": 30}, job={"lease_s": 2.0}
+    )
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=4000, **TASK)
         await fill(client, uuid, 12)
         await wait_for(lambda: _returns(bool(fake_llm.requests)))
         assert [j["status"] for j in await jobs_of(client, uuid)()] == ["running"]
     fake_llm.set("ok", text="Resumed summary.")
-    await asyncio.sleep(0.6)  # the dead process's lease runs out
+    await asyncio.sleep(2.1)  # the dead process's lease runs out
     async with running_app(settings) as client:
         job = await wait_for(finished_job(client, uuid))
         assert job["status"] == "succeeded", job
@@ -232,7 +236,7 @@ async def test_a_span_larger_than_the_summariser_window_is_summarised_in_chunks(
     and one more call combines their summaries."""
     fake_llm.set("ok", text="Part summary.")
     settings = impatient_llm_settings(
-        context_dir, fake_llm, llm_window=1500, summary_max_tokens=200
+        context_dir, fake_llm, llm={"window": 1500}, compaction={"summary_max_tokens": 200}
     )
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=100_000, **TASK)
@@ -254,7 +258,7 @@ async def test_a_prompt_with_messages_gets_them_inline(
 ) -> None:
     """Seed 001 §7.3: a prompt containing {messages} receives them as [ROLE]: content lines."""
     settings = impatient_llm_settings(
-        context_dir, fake_llm, condense_prompt="Sum up:\n{messages}\nDone."
+        context_dir, fake_llm, compaction={"condense_prompt": "Sum up:\n{messages}\nDone."}
     )
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=100_000, **TASK)
@@ -280,7 +284,7 @@ async def test_a_task_paused_while_its_payload_is_compacted_gets_413_not_409(
     summary that came too late is not committed."""
     fake_llm.set("ok", delay=1.0)
     async with running_app(
-        impatient_llm_settings(context_dir, fake_llm, llm_timeout_s=10)
+        impatient_llm_settings(context_dir, fake_llm, llm={"timeout_s": 10})
     ) as client:
         uuid = await new_task(client, context_length=4000, **TASK)
         turns = [
@@ -313,7 +317,7 @@ async def test_request_after_a_background_condense_brought_it_under_budget_does_
     """
     fake_llm.set("ok", text="Background summary of src/mod_3.py.", delay=0.5)
     settings = impatient_llm_settings(
-        context_dir, fake_llm, llm_timeout_s=10, request_condense_timeout_s=10
+        context_dir, fake_llm, llm={"timeout_s": 10}, compaction={"request_condense_timeout_s": 10}
     )
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=4000, **TASK)
@@ -348,7 +352,9 @@ async def test_a_blank_condense_prompt_means_the_default_one(
     fake_llm: FakeLLM,
 ) -> None:
     """CONDENSE_PROMPT of blanks is no prompt: the summariser gets the default one."""
-    settings = impatient_llm_settings(context_dir, fake_llm, condense_prompt=" \n\t ")
+    settings = impatient_llm_settings(
+        context_dir, fake_llm, compaction={"condense_prompt": " \n\t "}
+    )
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=100_000, **TASK)
         await fill(client, uuid, 12)
@@ -368,7 +374,7 @@ async def test_the_summariser_sees_the_task_statement_marked_as_kept(
     for reference, said to be kept, before the span, and the span is summarised as before.
 
     Regression: it got only the span, so a summary could not say what the work was for."""
-    settings = impatient_llm_settings(context_dir, fake_llm, condense_prompt=prompt)
+    settings = impatient_llm_settings(context_dir, fake_llm, compaction={"condense_prompt": prompt})
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=100_000, **TASK)
         await fill(client, uuid, 12, size=100)  # turn 0, the first user message, is kept

@@ -32,7 +32,7 @@ MAX_COMPACTIONS_PER_BATCH = 3
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
     """No fsync: the durability of writes is not what this file is about."""
-    return Settings(context_dir=context_dir, fsync="never")
+    return Settings(context_dir=context_dir, storage={"fsync": "never"})
 
 
 async def all_summaries(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:

@@ -13,7 +13,9 @@ from tests.support.tasks import task_body
 def settings(context_dir: Path) -> Settings:
     """An absolute threshold below the system prompt: the context starts above it, so no append
     ever crosses it and no background condense races the test."""
-    return Settings(context_dir=context_dir, fsync="never", token_threshold=50)
+    return Settings(
+        context_dir=context_dir, storage={"fsync": "never"}, compaction={"token_threshold": 50}
+    )
 
 
 async def test_the_dry_run_predicts_the_condense(client: httpx.AsyncClient) -> None:

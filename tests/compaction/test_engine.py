@@ -15,7 +15,7 @@ import pytest
 
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
-from app.summaries.extractive import KEPT_TITLE
+from app.summaries.layout import KEPT_TITLE
 from tests.support.app import running_app
 from tests.support.errors import assert_error
 from tests.support.files import read_jsonl, task_dir
@@ -281,14 +281,17 @@ async def test_condense_skips_recently_condensed(context_dir: Path) -> None:
     least that many after it); it is once the service restarts with a larger KEEP_RECENT.
     """
     async with running_app(
-        Settings(context_dir=context_dir, fsync="never", token_counter="heuristic")
+        Settings(context_dir=context_dir, token_counter="heuristic", storage={"fsync": "never"})
     ) as client:
         uuid = await new_task(client)
         await append(client, uuid, INSTRUCTION, *text_turns(12))
         assert (await compress(client, uuid, "condense"))["kind"] == "condense"
         # [system, instruction, summary, 5 kept]: the summary is among the last 6.
     wider = Settings(
-        context_dir=context_dir, fsync="never", keep_recent=6, token_counter="heuristic"
+        context_dir=context_dir,
+        token_counter="heuristic",
+        storage={"fsync": "never"},
+        compaction={"keep_recent": 6},
     )
     async with running_app(wider) as client:
         messages_file = task_dir(context_dir, uuid) / "messages.jsonl"
@@ -914,7 +917,9 @@ async def test_a_summary_cut_to_fit_stays_the_newest_summary(context_dir: Path) 
     """When the newest summary itself must give way, it is cut in the middle, never dropped, and
     stays a summary: the payload still shows it, and a later condense folds it in as an earlier
     summary rather than taking it for something the user said."""
-    roomy = Settings(context_dir=context_dir, fsync="never", summary_max_share=0.9)
+    roomy = Settings(
+        context_dir=context_dir, storage={"fsync": "never"}, compaction={"summary_max_share": 0.9}
+    )
     async with running_app(roomy) as client:
         uuid = await new_task(client, context_length=8_000, max_output_tokens=800)
         turns: list[Message] = []
@@ -924,7 +929,7 @@ async def test_a_summary_cut_to_fit_stays_the_newest_summary(context_dir: Path) 
         await append(client, uuid, INSTRUCTION, *turns)
         condensed = await compress(client, uuid, "condense")
         assert condensed["kind"] == "condense", condensed
-    async with running_app(Settings(context_dir=context_dir, fsync="never")) as client:
+    async with running_app(Settings(context_dir=context_dir, storage={"fsync": "never"})) as client:
         _, served, _ = await payload(client, uuid)
         reply = {"role": "assistant", "content": "Next.", "usage": {"prompt_tokens": served * 3}}
         await append(client, uuid, reply)

@@ -30,7 +30,7 @@ WINDOW = 4000
 
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
-    return Settings(context_dir=context_dir, fsync="never", job_backoff_s=0)
+    return Settings(context_dir=context_dir, storage={"fsync": "never"}, job={"backoff_s": 0})
 
 
 async def test_a_long_trajectory_at_4k_compacts_a_bounded_number_of_times(
@@ -76,8 +76,8 @@ async def test_a_long_trajectory_at_4k_compacts_a_bounded_number_of_times(
         context = (await client.get(f"/tasks/{uuid}/context")).json()
         summaries = await summaries_of(client, uuid)
     gaining = [s for s in summaries if s["kind"] != "elision"]
-    floor = settings.min_gain_share * min(
-        settings.relief_share * context["threshold"],
+    floor = settings.compaction.min_gain_share * min(
+        settings.compaction.relief_share * context["threshold"],
         context["budget"],
     )
     assert requests > 20

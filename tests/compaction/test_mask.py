@@ -55,7 +55,7 @@ def tool_turn(i: int, lines: int = 40) -> list[Message]:
 
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
-    return Settings(context_dir=context_dir, job_backoff_s=0)
+    return Settings(context_dir=context_dir, job={"backoff_s": 0})
 
 
 async def task_keeping(client: httpx.AsyncClient, keep_tool_results: int, **window: int) -> str:
@@ -259,7 +259,9 @@ async def test_the_background_compaction_goes_on_down_to_its_relief_level(
     """Masking that leaves the context under its threshold but above RELIEF_SHARE of it is
     followed by a condense: a compaction frees room for several turns, rather than the next
     append crossing the threshold again (and breaking the prompt's prefix again)."""
-    settings = Settings(context_dir=context_dir, job_backoff_s=0, relief_share=relief_share)
+    settings = Settings(
+        context_dir=context_dir, job={"backoff_s": 0}, compaction={"relief_share": relief_share}
+    )
     async with running_app(settings) as client:
         uuid = await task_keeping(client, 10, context_length=16_000, max_output_tokens=1000)
         await append(client, uuid, INSTRUCTION)

@@ -196,7 +196,9 @@ async def scenario(context_length: int, plan: list[Step]) -> Run:
     with tempfile.TemporaryDirectory(prefix="compaction-property-") as tmp:
         context_dir = Path(tmp)
         config = Settings(
-            context_dir=context_dir, fsync="never", job_backoff_s=0, job_max_attempts=1
+            context_dir=context_dir,
+            storage={"fsync": "never"},
+            job={"backoff_s": 0, "max_attempts": 1},
         )
         async with running_app(config) as client:
             run = Run(client=client, context_dir=context_dir)

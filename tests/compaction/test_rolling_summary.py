@@ -15,7 +15,8 @@ import pytest
 
 from app.compaction.service import SUMMARY_HEADER
 from app.config import Settings
-from app.summaries.extractive import digest_sections, shows_error_line
+from app.summaries.layout import digest_sections
+from app.summaries.rules import shows_error_line
 from app.summaries.summarizer import CUT_NOTE
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
@@ -36,7 +37,10 @@ TASK = {"system_prompt": "Be useful.", "max_output_tokens": 800}  # and a window
 def settings(context_dir: Path) -> Settings:
     """Characters / 4 tokens, and a job runner that polls often."""
     return Settings(
-        context_dir=context_dir, token_counter="heuristic", fsync="never", job_poll_s=0.05
+        context_dir=context_dir,
+        token_counter="heuristic",
+        storage={"fsync": "never"},
+        job={"poll_s": 0.05},
     )
 
 
@@ -116,7 +120,10 @@ async def test_repeated_condenses_leave_one_summary_that_carries_the_first(
     Regression: the earlier summary was one item of "Earlier summaries", left out whole when
     it did not fit, and its $ROOT paths came back as "ROOT/..." paths."""
     settings = Settings(
-        context_dir=context_dir, token_counter="heuristic", fsync="never", condense_threshold=0.99
+        context_dir=context_dir,
+        token_counter="heuristic",
+        storage={"fsync": "never"},
+        compaction={"condense_threshold": 0.99},
     )
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=16_000, **TASK)
@@ -198,7 +205,7 @@ async def test_a_chat_backend_is_asked_for_the_share_and_a_longer_answer_is_cut(
     )
     fake_llm.set("ok", text=answer)
     settings = impatient_llm_settings(
-        context_dir, fake_llm, condense_threshold=0.99, summary_max_tokens=8000
+        context_dir, fake_llm, compaction={"condense_threshold": 0.99, "summary_max_tokens": 8000}
     )
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=12_000, **TASK)

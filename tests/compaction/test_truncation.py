@@ -13,7 +13,7 @@ from app.compaction.truncation import (
 )
 from app.context.effective import MARKER_TYPE
 from app.summaries.excerpts import ELISION_TEXT
-from app.summaries.extractive import listed_sections
+from app.summaries.layout import listed_sections
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import counter_for
 

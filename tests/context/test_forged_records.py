@@ -144,7 +144,7 @@ roles = st.sampled_from(["user", "assistant", "system"])
 
 async def append_one(role: str, extra: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="forged-") as tmp:
-        config = Settings(context_dir=Path(tmp), fsync="never")
+        config = Settings(context_dir=Path(tmp), storage={"fsync": "never"})
         async with running_app(config) as client:
             uuid = await start(client)
             directory = task_dir(config.context_dir, uuid)

@@ -71,7 +71,7 @@ def committed(context_dir: Path, uuid: str) -> tuple[int, int, int]:
 
 
 async def test_a_batch_writes_heads_and_counters_without_any_read(context_dir: Path) -> None:
-    settings = Settings(context_dir=context_dir, head_flush_ms=20)
+    settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 20})
     async with running_app(settings) as client:
         created = await client.post("/tasks", json=task_body(system_prompt="You are an agent."))
         uuid = created.json()["uuid"]
@@ -91,7 +91,7 @@ async def test_a_batch_writes_heads_and_counters_without_any_read(context_dir: P
 
 
 async def test_shutdown_writes_what_is_pending(context_dir: Path) -> None:
-    settings = Settings(context_dir=context_dir, head_flush_ms=10_000)
+    settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 10_000})
     async with running_app(settings) as client:
         created = await client.post("/tasks", json=task_body(system_prompt="You are an agent."))
         uuid = created.json()["uuid"]

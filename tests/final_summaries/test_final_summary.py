@@ -68,9 +68,8 @@ async def test_a_chat_backend_gets_the_final_prompt_and_the_whole_history_in_chu
     settings = llm_settings(
         context_dir,
         fake_llm,
-        llm_window=2048,
-        llm_max_retries=0,
-        final_summary_max_tokens=256,
+        llm={"window": 2048, "max_retries": 0},
+        final_summary={"max_tokens": 256},
     )
     fake_llm.set("ok", text="The parser now guards empty input; tests pass.")
     long_turns = turns(8, 750, "step")
@@ -94,12 +93,7 @@ async def test_a_chat_backend_gets_the_final_prompt_and_the_whole_history_in_chu
 async def test_a_backend_that_keeps_failing_gives_way_to_the_digest_on_the_last_attempt(
     context_dir: Path, fake_llm: FakeLLM
 ) -> None:
-    settings = llm_settings(
-        context_dir,
-        fake_llm,
-        llm_max_retries=0,
-        job_max_attempts=2,
-    )
+    settings = llm_settings(context_dir, fake_llm, llm={"max_retries": 0}, job={"max_attempts": 2})
     fake_llm.set("error")
     async with running_app(settings) as client:
         task = await run_and_finish(client, "fail")
@@ -114,9 +108,9 @@ async def test_a_backend_that_keeps_failing_gives_way_to_the_digest_on_the_last_
 @pytest.mark.parametrize("action", ["complete", "fail"])
 async def test_the_job_commits_with_the_transition(context_dir: Path, action: str) -> None:
     """Queued in the transition's own transaction: its row exists as soon as the answer does."""
-    settings = fast_settings(context_dir, job_poll_s=60.0)
+    settings = fast_settings(context_dir, job={"poll_s": 60.0})
     async with running_app(settings) as client:
-        # job_poll_s=60 with the runner woken by the queue: the job may already run; either
+        # job.poll_s=60 with the runner woken by the queue: the job may already run; either
         # way the row must be there.
         task = await run_and_finish(client, action)
         jobs = await client.get("/jobs", params={"task_uuid": task["uuid"]})
@@ -152,7 +146,7 @@ async def test_a_finished_task_without_summary_or_job_gets_a_job_on_request(
 async def test_an_unknown_final_summary_backend_falls_back_to_the_digest(
     context_dir: Path,
 ) -> None:
-    async with running_app(fast_settings(context_dir, final_summary_backend="gone")) as client:
+    async with running_app(fast_settings(context_dir, final_summary={"backend": "gone"})) as client:
         task = await run_and_finish(client, "complete")
         found = await final_summary(client, task["uuid"])
     assert found["status"] == "ready"
@@ -168,9 +162,8 @@ async def test_a_condense_that_ends_after_complete_changes_nothing(
     settings = llm_settings(
         context_dir,
         fake_llm,
-        final_summary_backend="extractive",
-        keep_recent=2,
-        min_to_compress=2,
+        final_summary={"backend": "extractive"},
+        compaction={"keep_recent": 2, "min_to_compress": 2},
     )
     fake_llm.set("ok", delay=1.0)
     conversation = turns(10, 300)
@@ -200,10 +193,7 @@ async def test_many_parts_are_combined_in_rounds_that_fit_the_window(
 ) -> None:
     window = 1024
     settings = llm_settings(
-        context_dir,
-        fake_llm,
-        llm_window=window,
-        final_summary_max_tokens=100,
+        context_dir, fake_llm, llm={"window": window}, final_summary={"max_tokens": 100}
     )
     fake_llm.set("ok", text="part summary " * 30)  # about 100 tokens, as asked
     conversation = turns(40, 800, "step")

@@ -55,11 +55,9 @@ def fuzz_settings(context_dir: Path) -> Settings:
     return Settings(
         context_dir=context_dir,
         database_url="",
-        fsync="never",
-        job_backoff_s=0,
-        job_max_attempts=1,
-        max_message_bytes=MAX_MESSAGE_BYTES,
-        max_body_bytes=MAX_BODY_BYTES,
+        storage={"fsync": "never"},
+        job={"backoff_s": 0, "max_attempts": 1},
+        limits={"max_message_bytes": MAX_MESSAGE_BYTES, "max_body_bytes": MAX_BODY_BYTES},
     )
 
 

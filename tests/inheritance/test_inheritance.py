@@ -90,7 +90,7 @@ async def test_candidates_are_the_same_key_and_user_newest_first(context_dir: Pa
 
 
 async def test_inheritance_can_be_declined(context_dir: Path) -> None:
-    async with running_app(fast_settings(context_dir, inheritance_enabled=False)) as client:
+    async with running_app(fast_settings(context_dir, inheritance={"enabled": False})) as client:
         await run_and_finish(client, "complete")
         by_default = await create_task(client)
         assert by_default["inheritance"] is None
@@ -107,7 +107,7 @@ async def test_the_message_is_cut_to_max_summary_tokens_keeping_the_latest_plans
 ) -> None:
     limit = 300
     plans = tuple(f"plan {n}: " + "step " * 120 for n in range(12))
-    settings = fast_settings(context_dir, max_summary_tokens=limit)
+    settings = fast_settings(context_dir, inheritance={"max_summary_tokens": limit})
     async with running_app(settings) as client:
         await run_and_finish(client, "complete", plans=plans)
         created = await create_task(client, system_prompt="You are a coding agent.")
@@ -130,9 +130,9 @@ async def test_a_pending_final_summary_falls_back_to_the_latest_condense_summary
     settings = llm_settings(
         context_dir,
         fake_llm,
-        llm_timeout_s=30.0,
-        condense_backend="extractive",
-        inheritance_wait_s=0.3,
+        llm={"timeout_s": 30.0},
+        compaction={"condense_backend": "extractive"},
+        inheritance={"wait_s": 0.3},
     )
     fake_llm.set("hang")
     conversation = turns(14)

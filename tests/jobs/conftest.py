@@ -14,6 +14,6 @@ from tests.support.tasks import create_task
 async def task_and_db(context_dir: Path) -> AsyncIterator[tuple[str, str]]:
     """A task (the app's own runner polls once an hour, so it leaves our jobs alone) and the
     database URL, for queues of the test's own."""
-    settings = Settings(context_dir=context_dir, job_poll_s=3600)
+    settings = Settings(context_dir=context_dir, job={"poll_s": 3600})
     async with running_app(settings) as client:
         yield (await create_task(client))["uuid"], settings.effective_database_url

@@ -28,7 +28,7 @@ def backend(backends: dict[str, ChatBackend], name: str) -> HTTPBackend:
 
 async def test_extractive_means_no_chat_backend(http: httpx.AsyncClient) -> None:
     """The default configuration (LLM_BACKEND=extractive, no LLM_BACKENDS) builds nothing."""
-    assert Settings().llm_backend == "extractive"
+    assert Settings().llm.backend == "extractive"
     assert build_backends(Settings(), http) == {}
 
 
@@ -103,7 +103,7 @@ async def test_named_backends_from_json(
     ("env", "match"),
     [
         ({"LLM_BACKEND": "openai"}, "LLM_MODEL must be set"),
-        ({"LLM_BACKEND": "gemini", "LLM_MODEL": "m"}, "llm_backend"),
+        ({"LLM_BACKEND": "gemini", "LLM_MODEL": "m"}, "LLM_BACKEND"),
         ({"LLM_BACKENDS": '{"default": {"kind": "openai", "model": "m"}}'}, "reserved"),
         ({"LLM_BACKENDS": '{"extractive": {"kind": "openai", "model": "m"}}'}, "reserved"),
         ({"LLM_BACKENDS": '{"a b": {"kind": "openai", "model": "m"}}'}, "names must match"),
@@ -111,7 +111,7 @@ async def test_named_backends_from_json(
         ({"LLM_BACKENDS": '{"x": {"kind": "openai"}}'}, "model"),
         ({"LLM_BACKENDS": '{"x": {"kind": "openai", "model": "m", "url": "u"}}'}, "url"),
         ({"LLM_BACKENDS": '{"x": {"kind": "openai", "model": "m", "timeout_s": 0}}'}, "timeout"),
-        ({"LLM_TIMEOUT_S": "0"}, "llm_timeout_s"),
+        ({"LLM_TIMEOUT_S": "0"}, "LLM_TIMEOUT_S"),
     ],
 )
 def test_invalid_settings_refused(
@@ -127,7 +127,7 @@ def test_invalid_settings_refused(
 async def test_bad_base_url_names_the_backend(http: httpx.AsyncClient) -> None:
     """A base URL that is not http(s) fails at build time, naming the backend."""
     settings = Settings(
-        llm_backends={"x": {"kind": "openai", "model": "m", "base_url": "file:///etc/passwd"}}
+        llm={"backends": {"x": {"kind": "openai", "model": "m", "base_url": "file:///etc/passwd"}}}
     )
     with pytest.raises(ValueError, match="LLM backend 'x': base URL"):
         build_backends(settings, http)
@@ -140,10 +140,12 @@ async def test_built_backend_talks_to_the_server(
     the startup log lists it without the key."""
     caplog.set_level(logging.INFO, logger="app.llm")
     settings = Settings(
-        llm_backend="openai",
-        llm_base_url=fake_llm.base_url,
-        llm_model="local-model",
-        llm_api_key=API_KEY,
+        llm={
+            "backend": "openai",
+            "base_url": fake_llm.base_url,
+            "model": "local-model",
+            "api_key": API_KEY,
+        }
     )
     backends = build_backends(settings, http)
     fake_llm.set("ok", text="Summary from the server.")

@@ -146,7 +146,7 @@ async def test_kill_9_in_the_middle_of_a_cleanup(tmp_path: Path) -> None:
     says, readable) or wholly gone (404, no directory anywhere, .trash included), and never
     back once gone; then a cleanup without a kill removes the rest."""
     # Preparing is faster without fsync; the cleanup process runs with the default (always).
-    settings = cleanup_settings(tmp_path, fsync="never", job_concurrency=4)
+    settings = cleanup_settings(tmp_path, storage={"fsync": "never"}, job={"concurrency": 4})
     async with running_app(settings) as client:
         uuids: list[str] = []
         for first in range(0, CRASH_TASKS, 25):

@@ -16,7 +16,7 @@ INTERVAL_S = 0.1
 
 
 async def test_old_finished_task_disappears_by_itself(tmp_path: Path) -> None:
-    settings = cleanup_settings(tmp_path, cleanup_days=1, cleanup_interval_s=INTERVAL_S)
+    settings = cleanup_settings(tmp_path, cleanup={"days": 1, "interval_s": INTERVAL_S})
     async with running_app(settings) as client:
         old = await make_task(client, "failed")
         recent = await make_task(client, "completed")
@@ -33,7 +33,7 @@ async def test_old_finished_task_disappears_by_itself(tmp_path: Path) -> None:
 
 
 async def test_no_periodic_cleanup_when_cleanup_days_is_0(tmp_path: Path) -> None:
-    settings = cleanup_settings(tmp_path, cleanup_days=0, cleanup_interval_s=INTERVAL_S)
+    settings = cleanup_settings(tmp_path, cleanup={"days": 0, "interval_s": INTERVAL_S})
     async with running_app(settings) as client:
         old = await make_task(client, "completed")
         await settle(client)

@@ -38,7 +38,7 @@ def settings(request: pytest.FixtureRequest, context_dir: Path) -> Settings:
     The batch replay keeps the default "always": the durable write path still sees the corpus.
     """
     fsync = getattr(request, "param", "always")
-    return Settings(context_dir=context_dir, fsync=fsync)
+    return Settings(context_dir=context_dir, storage={"fsync": fsync})
 
 
 def tool_call_names(messages: list[dict[str, Any]]) -> dict[str, set[str]]:

@@ -14,7 +14,7 @@ from app.config import Settings
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
     """Small history pages by bytes, so the byte cap is exercised."""
-    return Settings(context_dir=context_dir, max_page_bytes=4096)
+    return Settings(context_dir=context_dir, limits={"max_page_bytes": 4096})
 
 
 async def test_history_pages_are_capped_by_bytes(

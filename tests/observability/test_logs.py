@@ -45,10 +45,10 @@ def json_lines(output: io.StringIO) -> list[dict[str, Any]]:
 async def test_json_lines_carry_the_task_uuid_in_requests_and_jobs(context_dir: Path) -> None:
     settings = Settings(
         context_dir=context_dir,
-        log_format="json",
         token_counter="heuristic",
-        fsync="never",
-        job_poll_s=0.05,
+        log={"format": "json"},
+        storage={"fsync": "never"},
+        job={"poll_s": 0.05},
     )
     async with logged_service(settings) as (client, output):
         # A small window: the appends cross the threshold and a condense job runs.
@@ -87,7 +87,7 @@ async def test_json_lines_carry_the_task_uuid_in_requests_and_jobs(context_dir: 
 
 def test_text_lines_end_with_the_task_uuid_before_any_traceback() -> None:
     output = io.StringIO()
-    configure_logging(Settings(log_format="text"), stream=output)
+    configure_logging(Settings(log={"format": "text"}), stream=output)
     log = logging.getLogger("app.test")
     log.info("outside")
     with task_context(UUID):
@@ -105,7 +105,7 @@ def test_text_lines_end_with_the_task_uuid_before_any_traceback() -> None:
 
 def test_uvicorn_lines_go_through_the_same_handler() -> None:
     output = io.StringIO()
-    configure_logging(Settings(log_format="json"), stream=output)
+    configure_logging(Settings(log={"format": "json"}), stream=output)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         assert logging.getLogger(name).handlers == []
         assert logging.getLogger(name).propagate
@@ -126,7 +126,7 @@ def test_uvicorn_lines_go_through_the_same_handler() -> None:
 def test_a_second_configuration_replaces_the_first_handler() -> None:
     before = [h for h in logging.getLogger().handlers if not isinstance(h, ServiceHandler)]
     configure_logging(Settings())
-    handler = configure_logging(Settings(log_level="WARNING"))
+    handler = configure_logging(Settings(log={"level": "WARNING"}))
     root = logging.getLogger()
     assert [h for h in root.handlers if isinstance(h, ServiceHandler)] == [handler]
     assert [h for h in root.handlers if not isinstance(h, ServiceHandler)] == before
@@ -142,15 +142,16 @@ async def test_no_api_key_or_authorization_header_is_logged(
     token = "agent-token-fedcba9876543210"
     settings = Settings(
         context_dir=context_dir,
-        log_format="json",
-        log_level="DEBUG",
-        fsync="never",
-        llm_backend="openai",
-        llm_base_url=fake_llm.base_url,
-        llm_model="fake-model",
-        llm_api_key=SecretStr(api_key),
-        llm_max_retries=1,
-        llm_retry_backoff_s=0.01,
+        log={"format": "json", "level": "DEBUG"},
+        storage={"fsync": "never"},
+        llm={
+            "backend": "openai",
+            "base_url": fake_llm.base_url,
+            "model": "fake-model",
+            "api_key": SecretStr(api_key),
+            "max_retries": 1,
+            "retry_backoff_s": 0.01,
+        },
     )
     caplog.set_level(logging.DEBUG)
     headers = {"Authorization": f"Bearer {token}", "X-Api-Key": token}

@@ -14,6 +14,7 @@ from tests.fakes.llm_server import FakeLLM
 from tests.support.app import running_app
 from tests.support.conversations import file_turns
 from tests.support.metrics import scrape, series, value
+from tests.support.settings import layered
 from tests.support.tasks import new_task
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
@@ -23,12 +24,12 @@ UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-")
 
 
 def base_settings(context_dir: Path, **extra: Any) -> Settings:
-    values: dict[str, Any] = {"context_dir": context_dir, "fsync": "never"}
-    return Settings(**(values | extra))
+    values: dict[str, Any] = {"context_dir": context_dir, "storage": {"fsync": "never"}}
+    return Settings(**layered(values, extra))
 
 
 async def test_requests_messages_and_tasks(context_dir: Path) -> None:
-    async with running_app(base_settings(context_dir, max_body_bytes=4096)) as client:
+    async with running_app(base_settings(context_dir, limits={"max_body_bytes": 4096})) as client:
         response = await client.get("/metrics")
         assert response.headers["content-type"] == CONTENT_TYPE
         before = await scrape(client)
@@ -107,12 +108,14 @@ async def test_job_queue_depth_by_kind_and_status(context_dir: Path) -> None:
 async def test_compactions_and_llm_calls(context_dir: Path, fake_llm: FakeLLM) -> None:
     settings = base_settings(
         context_dir,
-        llm_backend="openai",
-        llm_base_url=fake_llm.base_url,
-        llm_model="fake-model",
-        llm_max_retries=0,
-        llm_timeout_s=5.0,
         token_counter="heuristic",
+        llm={
+            "backend": "openai",
+            "base_url": fake_llm.base_url,
+            "model": "fake-model",
+            "max_retries": 0,
+            "timeout_s": 5.0,
+        },
     )
     async with running_app(settings) as client:
         uuid = await new_task(client)

@@ -32,7 +32,7 @@ BATCH = 25
 
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
-    return Settings(context_dir=context_dir, fsync="never", token_counter="auto")
+    return Settings(context_dir=context_dir, token_counter="auto", storage={"fsync": "never"})
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ async def check_payloads(client: httpx.AsyncClient, uuid: str, plan: str) -> Non
 
 
 async def test_the_current_plan_survives_every_compaction(context_dir: Path) -> None:
-    settings = fast_settings(context_dir, keep_recent=4, min_to_compress=2)
+    settings = fast_settings(context_dir, compaction={"keep_recent": 4, "min_to_compress": 2})
     async with running_app(settings) as client:
         task = await create_task(
             client,
@@ -150,7 +150,7 @@ async def test_without_a_user_message_the_plan_never_splits_a_tool_call(
 
 
 async def test_a_plan_that_crosses_the_threshold_schedules_a_condense(context_dir: Path) -> None:
-    async with running_app(fast_settings(context_dir, job_poll_s=60.0)) as client:
+    async with running_app(fast_settings(context_dir, job={"poll_s": 60.0})) as client:
         task = await create_task(client, pin_plan=True, context_length=4096, max_output_tokens=512)
         uuid = task["uuid"]
         turns = [

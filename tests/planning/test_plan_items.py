@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from app.formats import FORMATS
-from app.summaries.extractive import NEXT_STEPS, PLAN_TITLE
+from app.summaries.digest import NEXT_STEPS
+from app.summaries.layout import PLAN_TITLE
 from app.summaries.summarizer import DEFAULT_PROMPT, FINAL_REQUEST, PLAN_LABEL
 from app.tokens.counters import HeuristicCounter
 from tests.fakes import llm_server
@@ -182,7 +183,7 @@ async def test_a_condense_gives_the_plan_as_recorded_and_revives_no_finished_ite
 ) -> None:
     """The extractive digest ends with the plan as given and names only open items as next
     steps; a second condense shows the plan as it is then, not the first digest's."""
-    settings = fast_settings(context_dir, keep_recent=2, min_to_compress=2)
+    settings = fast_settings(context_dir, compaction={"keep_recent": 2, "min_to_compress": 2})
     async with running_app(settings) as client:
         uuid = (await create_task(client, context_length=100_000))["uuid"]
         await client.post(f"/tasks/{uuid}/messages", json={"messages": [TASK_MESSAGE, ON_IT]})
@@ -211,7 +212,9 @@ async def test_the_chat_summariser_is_given_the_plan_with_statuses(
     context_dir: Path, fake_llm: FakeLLM, prompt: str
 ) -> None:
     settings = llm_settings(
-        context_dir, fake_llm, condense_prompt=prompt, keep_recent=2, min_to_compress=2
+        context_dir,
+        fake_llm,
+        compaction={"condense_prompt": prompt, "keep_recent": 2, "min_to_compress": 2},
     )
     async with running_app(settings) as client:
         uuid = (await create_task(client, context_length=100_000))["uuid"]

@@ -1,5 +1,5 @@
-"""The extractive digest (app/summaries/extractive.py): bounded, deterministic, honest, and
-what it keeps of the corpus."""
+"""The extractive digest (app/summaries/digest.py and the rules, collectors and layout it
+stands on): bounded, deterministic, honest, and what it keeps of the corpus."""
 
 import json
 import re
@@ -11,26 +11,18 @@ import pytest
 
 from app.compaction.truncation import HiddenFacts, truncation_text
 from app.context.effective import MARKER_TYPE
+from app.formats.parts import parse_arguments
+from app.summaries.collectors import KEPT_MAX, MAX_PATHS, MAX_PENDING_CALLS, DigestState, ErrorGroup
+from app.summaries.digest import extractive_digest, render
 from app.summaries.excerpts import normalize
-from app.summaries.extractive import (
-    KEPT_MAX,
-    KEPT_TITLE,
-    MAX_PATHS,
-    MAX_PENDING_CALLS,
-    OUTPUT_PATHS,
-    ROOT_TOKEN,
+from app.summaries.layout import KEPT_TITLE, OUTPUT_PATHS, ROOT_TOKEN, listed_sections
+from app.summaries.rules import (
     TIER_OUTPUT,
-    DigestState,
-    ErrorGroup,
-    content_text,
-    extractive_digest,
     find_error_lines,
     find_paths,
-    listed_sections,
-    parse_arguments,
     record_errors,
     record_paths,
-    render,
+    record_text,
     shows_error_line,
 )
 from app.tokens.counters import counter_for
@@ -131,7 +123,7 @@ def input_text(records: list[Record]) -> str:
     """Everything a digest may quote from: contents and tool-call arguments, normalized."""
     parts = []
     for record in records:
-        parts.append(content_text(record.get("content")))
+        parts.append(record_text(record))
         for call in record.get("tool_calls") or []:
             arguments = call["function"]["arguments"]
             parts.append(arguments)

@@ -3,7 +3,8 @@
 from typing import Any
 
 from app.planning.items import ChecklistItem, item_line
-from app.summaries.extractive import NEXT_STEPS, PLAN_TITLE, extractive_digest
+from app.summaries.digest import NEXT_STEPS, extractive_digest
+from app.summaries.layout import PLAN_TITLE
 
 RECORDS: list[dict[str, Any]] = [
     {"role": "user", "content": "Please fix src/parser.py. " + "context " * 20, "seq": 2},

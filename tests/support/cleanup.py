@@ -13,6 +13,7 @@ from app.db.models import Task
 from tests.support.database import run_sql
 from tests.support.errors import assert_error
 from tests.support.files import locations, paths_naming
+from tests.support.settings import layered
 from tests.support.tasks import create_task
 
 DIR_OF = {"running": "running", "paused": "paused", "completed": "completed", "failed": "completed"}
@@ -20,10 +21,11 @@ DIR_OF = {"running": "running", "paused": "paused", "completed": "completed", "f
 TASK_TABLES = ("context_heads", "jobs", "idempotency_keys")
 
 
-def cleanup_settings(tmp_path: Path, *, cleanup_days: int = 0, **overrides: Any) -> Settings:
+def cleanup_settings(tmp_path: Path, **overrides: Any) -> Settings:
     """Settings on ``tmp_path / "contexts"`` (SQLite there); by default the periodic cleanup is
     off, so that only what the test runs removes tasks."""
-    return Settings(context_dir=tmp_path / "contexts", cleanup_days=cleanup_days, **overrides)
+    values = {"context_dir": tmp_path / "contexts", "cleanup": {"days": 0}}
+    return Settings(**layered(values, overrides))
 
 
 async def make_task(client: httpx.AsyncClient, status: str, content: str = "Go") -> str:

@@ -32,7 +32,7 @@ from app.formats.anthropic import (
     SYSTEM_PREFIX,
     unanswered_result_tokens,
 )
-from app.formats.parts import compact_json, parse_arguments, plain_text
+from app.formats.parts import compact_json, content_text, parse_arguments, stand_in
 from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.counters import HeuristicCounter, TextCounter
 from tests.support.paths import SCHEMAS
@@ -169,7 +169,7 @@ def anthropic_adjustment(counter: TextCounter, messages: list[dict[str, Any]]) -
     leading = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
     adjustment = 0
     for index, message in enumerate(messages[:leading]):
-        text = plain_text(message["content"])
+        text = content_text(message["content"], non_text=stand_in)
         if not text.strip():
             continue
         demoted = leading == len(messages) and index == leading - 1

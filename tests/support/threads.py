@@ -13,7 +13,7 @@ from app.storage import layout
 from tests.fakes.llm_server import FakeLLM, RecordedRequest
 from tests.support.files import read_jsonl, task_dir
 from tests.support.payloads import served
-from tests.support.settings import llm_settings
+from tests.support.settings import layered, llm_settings
 from tests.support.tasks import SYSTEM_PROMPT, append, create_task
 from tests.support.waits import settled_jobs
 
@@ -30,7 +30,7 @@ WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
 def chronicle_settings(context_dir: Path, fake: FakeLLM, **extra: Any) -> Settings:
     """The fake LLM as the default backend, one call per attempt."""
-    return llm_settings(context_dir, fake, **({"llm_max_retries": 0} | extra))
+    return llm_settings(context_dir, fake, **layered({"llm": {"max_retries": 0}}, extra))
 
 
 async def start(client: httpx.AsyncClient, uuid: str, **body: Any) -> dict[str, Any]:

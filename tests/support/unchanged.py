@@ -26,9 +26,11 @@ def small_limits(context_dir: Path) -> Settings:
     16 KiB, MAX_BATCH_MESSAGES 10."""
     return Settings(
         context_dir=context_dir,
-        max_body_bytes=MAX_BODY,
-        max_message_bytes=MAX_MESSAGE,
-        max_batch_messages=MAX_BATCH,
+        limits={
+            "max_body_bytes": MAX_BODY,
+            "max_message_bytes": MAX_MESSAGE,
+            "max_batch_messages": MAX_BATCH,
+        },
     )
 
 

@@ -62,7 +62,9 @@ async def test_a_thread_ended_right_after_its_child_chronicles_after_it(
     for G's; G's embedding goes into C (ended, but the service's record of its child goes
     in) once; C's chronicle is asked for after it and tells of it; the root gets C's once."""
     fake_llm.set("ok", text=CHRONICLE, delay=0.5)
-    async with running_app(chronicle_settings(context_dir, fake_llm, job_backoff_s=0.05)) as client:
+    async with running_app(
+        chronicle_settings(context_dir, fake_llm, job={"backoff_s": 0.05})
+    ) as client:
         uuid, child = await scene(client, label="C")
         grand = (await start(client, uuid, parent_thread_id=child, label="G"))["thread_id"]
         await append(client, uuid, *GRAND_TURNS, thread_id=grand)
@@ -118,7 +120,7 @@ async def test_a_paused_task_puts_the_embedding_off_until_it_resumes(
     and waits, queued, without spending attempts (it has one); resumed, the embedding lands
     and no second call is made."""
     fake_llm.set("ok", text=CHRONICLE, delay=1.0)
-    settings = chronicle_settings(context_dir, fake_llm, job_max_attempts=1, job_backoff_s=0.05)
+    settings = chronicle_settings(context_dir, fake_llm, job={"max_attempts": 1, "backoff_s": 0.05})
     async with running_app(settings) as client:
         uuid, thread_id = await scene(client)
         await ended(client, uuid, thread_id)

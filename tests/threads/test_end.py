@@ -263,7 +263,7 @@ async def test_an_abort_while_the_chronicle_keeps_failing_leaves_the_parent_cons
     attempt. Meanwhile and after, the root serves payloads and takes messages, seqs go on,
     and exactly one embedding lands; a restart finds nothing to repair."""
     fake_llm.set("error")
-    settings = chronicle_settings(context_dir, fake_llm, job_max_attempts=3, job_backoff_s=1.0)
+    settings = chronicle_settings(context_dir, fake_llm, job={"max_attempts": 3, "backoff_s": 1.0})
     async with running_app(settings) as client:
         uuid, thread_id = await scene(client)
         await ended(client, uuid, thread_id, "abort")
@@ -326,7 +326,7 @@ async def test_the_embedding_waits_for_the_parent_s_tool_results(
     context_dir: Path, fake_llm: FakeLLM
 ) -> None:
     fake_llm.set("ok", text=CHRONICLE)
-    settings = chronicle_settings(context_dir, fake_llm, job_max_attempts=10, job_backoff_s=0.1)
+    settings = chronicle_settings(context_dir, fake_llm, job={"max_attempts": 10, "backoff_s": 0.1})
     async with running_app(settings) as client:
         uuid, thread_id = await scene(client)
         await append(client, uuid, TOOL_CALL)
@@ -361,7 +361,7 @@ async def test_results_that_come_after_the_job_s_attempts_still_get_the_embeddin
     """A tool may run longer than the job's retries last: the chronicle, written and stored,
     must still reach the parent once the results are in."""
     fake_llm.set("ok", text=CHRONICLE)
-    settings = chronicle_settings(context_dir, fake_llm, job_max_attempts=2, job_backoff_s=0.05)
+    settings = chronicle_settings(context_dir, fake_llm, job={"max_attempts": 2, "backoff_s": 0.05})
     async with running_app(settings) as client:
         uuid, thread_id = await scene(client)
         await append(client, uuid, TOOL_CALL)
@@ -420,7 +420,7 @@ async def test_a_cascade_aborts_the_active_descendants_with_partial_chronicles(
     its row and embedded in outer (ended, but the service's record of a child still goes in);
     outer's chronicle waits for it, tells of it, and lands in the root."""
     fake_llm.set("ok", text=CHRONICLE)
-    settings = chronicle_settings(context_dir, fake_llm, stelis_max_depth=4)
+    settings = chronicle_settings(context_dir, fake_llm, threads={"max_depth": 4})
     async with running_app(settings) as client:
         uuid, outer = await scene(client, label="outer", max_depth=4)
         inner = (await start(client, uuid, parent_thread_id=outer, label="inner", max_depth=4))[

@@ -23,7 +23,7 @@ import pytest
 
 from app.config import Settings
 from app.formats import FORMATS
-from app.formats.parts import plain_text
+from app.formats.parts import content_text, stand_in
 from app.tokens.counters import TextCounter, counter_for
 from tests.support.app import running_app
 from tests.support.corpus import corpus_messages
@@ -69,7 +69,7 @@ NO_MASK = ("condense", "truncate", "elide")
 
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
-    return fast_settings(context_dir, token_counter="auto", compaction_tiers=NO_MASK)
+    return fast_settings(context_dir, token_counter="auto", compaction={"tiers": NO_MASK})
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,11 @@ def counter() -> TextCounter:
 def latest_exchange(messages: list[dict[str, Any]]) -> tuple[str, str]:
     """The texts of the last user message and the last assistant message that have text."""
     texts = {
-        role: [plain_text(m["content"]) for m in messages if m["role"] == role and m["content"]]
+        role: [
+            content_text(m["content"], non_text=stand_in)
+            for m in messages
+            if m["role"] == role and m["content"]
+        ]
         for role in ("user", "assistant")
     }
     return texts["user"][-1], texts["assistant"][-1]
@@ -154,7 +158,7 @@ def texts(name: str, payload: dict[str, Any]) -> list[str]:
     if name != "anthropic":
         pieces = []
         for message in payload["messages"]:
-            pieces.append(plain_text(message.get("content")))
+            pieces.append(content_text(message.get("content"), non_text=stand_in))
             pieces += [
                 json.dumps(c["function"]["arguments"]) for c in message.get("tool_calls") or ()
             ]
@@ -168,7 +172,7 @@ def texts(name: str, payload: dict[str, Any]) -> list[str]:
                 pieces.append(json.dumps(block["input"]))
             elif block["type"] == "tool_result":
                 content = block.get("content") or ""
-                pieces.append(content if isinstance(content, str) else plain_text(content))
+                pieces.append(content_text(content, non_text=stand_in))
     return pieces
 
 
@@ -247,9 +251,12 @@ async def check_protected(client: httpx.AsyncClient, view: View, openai: httpx.R
     payload = openai.json()
     assert payload["messages"][: len(protected)] == [e["message"] for e in protected]
     own = payload["messages"][len(protected) :]
-    assert all(f"[{view.tag}]" not in plain_text(e["message"]["content"]) for e in protected)
+    assert all(
+        f"[{view.tag}]" not in content_text(e["message"]["content"], non_text=stand_in)
+        for e in protected
+    )
     if own:
-        assert f"[{view.tag}]" in plain_text(own[0]["content"]), own[0]
+        assert f"[{view.tag}]" in content_text(own[0]["content"], non_text=stand_in), own[0]
     return not any(m["role"] == "system" and m["content"].startswith("[Thread") for m in own)
 
 
@@ -436,7 +443,7 @@ async def test_get_request_fits_a_thread_over_its_share_by_itself(
     fit can bring the thread under its share: it truncates, and elides a message larger than
     the whole share."""
     settings = fast_settings(
-        context_dir, token_counter="auto", min_to_compress=1000, compaction_tiers=NO_MASK
+        context_dir, token_counter="auto", compaction={"min_to_compress": 1000, "tiers": NO_MASK}
     )
     async with running_app(settings) as client:
         uuid, root_latest = await root_task(client)

@@ -76,7 +76,7 @@ async def test_ratios_multiply_down_the_chain(client: httpx.AsyncClient) -> None
 async def test_the_smaller_of_the_global_and_the_asked_depth_limit_holds(
     context_dir: Path, global_cap: int, asked: int
 ) -> None:
-    settings = Settings(context_dir=context_dir, stelis_max_depth=global_cap)
+    settings = Settings(context_dir=context_dir, threads={"max_depth": global_cap})
     async with running_app(settings) as client:
         uuid = (await create_task(client))["uuid"]
         child = await start(client, uuid, max_depth=asked)

@@ -34,7 +34,7 @@ def hooks(receiver_url: str, **extra: Any) -> dict[str, Any]:
 async def test_completion_and_stop_reach_the_receiver(
     context_dir: Path, receiver: Receiver
 ) -> None:
-    settings = fast_settings(context_dir, webhooks=hooks(receiver.base_url))
+    settings = fast_settings(context_dir, webhook={"hooks": hooks(receiver.base_url)})
     async with running_app(settings) as client:
         task = await create_task(client, hooks=["team", "team"])  # named twice: called once
         uuid = task["uuid"]
@@ -66,7 +66,7 @@ async def test_completion_and_stop_reach_the_receiver(
 
 
 async def test_failure_is_an_event_too(context_dir: Path, receiver: Receiver) -> None:
-    settings = fast_settings(context_dir, webhooks=hooks(receiver.base_url))
+    settings = fast_settings(context_dir, webhook={"hooks": hooks(receiver.base_url)})
     async with running_app(settings) as client:
         task = await create_task(client)  # chose no hooks: only all-tasks hooks fire
         await client.post(f"/tasks/{task['uuid']}/fail", json={"error_message": "boom"})
@@ -82,9 +82,11 @@ async def test_a_receiver_that_is_down_neither_blocks_nor_fails_the_transition(
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     settings = fast_settings(
         context_dir,
-        webhooks={"down": {"url": f"{down}/hook", "all_tasks": True}},
-        webhook_max_attempts=3,
-        webhook_timeout_s=1.0,
+        webhook={
+            "hooks": {"down": {"url": f"{down}/hook", "all_tasks": True}},
+            "max_attempts": 3,
+            "timeout_s": 1.0,
+        },
     )
     async with running_app(settings) as client:
         task = await create_task(client)
@@ -106,7 +108,9 @@ async def test_a_receiver_error_is_retried_until_it_answers(
     context_dir: Path, receiver: Receiver
 ) -> None:
     receiver.status = 503
-    settings = fast_settings(context_dir, webhooks=hooks(receiver.base_url), job_backoff_s=0.2)
+    settings = fast_settings(
+        context_dir, webhook={"hooks": hooks(receiver.base_url)}, job={"backoff_s": 0.2}
+    )
     async with running_app(settings) as client:
         task = await create_task(client)
         await client.post(f"/tasks/{task['uuid']}/complete")
@@ -119,7 +123,7 @@ async def test_a_receiver_error_is_retried_until_it_answers(
 
 
 async def test_a_task_may_only_name_configured_hooks(context_dir: Path, receiver: Receiver) -> None:
-    settings = fast_settings(context_dir, webhooks=hooks(receiver.base_url))
+    settings = fast_settings(context_dir, webhook={"hooks": hooks(receiver.base_url)})
     async with running_app(settings) as client:
         before = snapshot_dir(context_dir)
         response = await client.post("/tasks", json=task_body(hooks=["nope"]))
@@ -137,7 +141,7 @@ async def test_a_hook_s_url_is_never_logged(
     """A receiver URL may hold a token (Slack-style): neither httpx nor we log it."""
     secret_path = "services/T000/B000/xoxb-s3cr3t-t0ken"
     settings = fast_settings(
-        context_dir, webhooks={"slack": {"url": f"{receiver.base_url}/{secret_path}"}}
+        context_dir, webhook={"hooks": {"slack": {"url": f"{receiver.base_url}/{secret_path}"}}}
     )
     caplog.set_level(logging.DEBUG)
     async with running_app(settings) as client:
