@@ -5,11 +5,12 @@ With TEST_DATABASE_URL naming a PostgreSQL server (`make test-postgres`), every 
 database of its own there through DATABASE_URL, which Settings, the CLI and the uvicorn processes
 of the end-to-end tests all read; without it DATABASE_URL is unset and each context directory
 holds its own SQLite file.
+
+Only fixtures live here; what tests share besides them is in tests/support.
 """
 
 import os
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,32 +20,9 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
-from tests.lifespan import lifespan_of
-from tests.postgres import PostgresDatabases
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-CORPUS = SHARED / "corpus" / "trajectories"
-SCHEMAS = SHARED / "schemas"
-
-
-def task_body(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "task_key": {
-            "task_source": "github",
-            "owner": "notfolder",
-            "repo": "coding_agent",
-            "task_type": "issue",
-            "task_id": "27",
-        },
-        "user": "notfolder",
-        "llm_provider": "openai",
-        "model": "gpt-4o",
-        "context_length": 128000,
-        "max_output_tokens": 4096,
-    }
-    body.update(overrides)
-    return body
+from tests.support.lifespan import lifespan_of
+from tests.support.postgres import PostgresDatabases
+from tests.support.tasks import task_body
 
 
 @pytest.fixture(scope="session")
@@ -90,22 +68,6 @@ def settings(context_dir: Path) -> Settings:
     return Settings(context_dir=context_dir)
 
 
-@asynccontextmanager
-async def running_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """The real app with these settings (lifespan included), and a client for it."""
-    async with serving(create_app(settings)) as client:
-        yield client
-
-
-@asynccontextmanager
-async def serving(application: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of this app, its lifespan run around it."""
-    async with lifespan_of(application) as started:
-        transport = httpx.ASGITransport(app=started)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            yield client
-
-
 @pytest.fixture
 async def app(settings: Settings) -> AsyncIterator[FastAPI]:
     async with lifespan_of(create_app(settings)) as started:
@@ -126,12 +88,3 @@ async def task(client: httpx.AsyncClient) -> dict[str, Any]:
     assert response.status_code == 201, response.text
     created: dict[str, Any] = response.json()
     return created
-
-
-def snapshot_dir(root: Path) -> dict[str, bytes]:
-    """Every file under root with its bytes (for 'nothing was written' checks)."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.name.startswith("tasks.db") and p.suffix != ".lock"
-    }

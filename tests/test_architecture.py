@@ -8,7 +8,8 @@ import itertools
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
 APP = REPO / "app"
 # The plumbing every domain stands on: none of it may import a domain package (top-level
 # modules such as app/config.py and app/errors.py are leaves: they import no package).

@@ -16,7 +16,7 @@ from sqlalchemy.pool import NullPool
 from app.db.base import Base
 from app.db.engine import open_database
 from app.db.migrate import alembic_config, upgrade_to_head
-from tests.database import in_thread
+from tests.support.database import in_thread
 
 
 def test_upgrade_matches_models_and_downgrade_empties(tmp_path: Path) -> None:

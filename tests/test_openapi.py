@@ -5,7 +5,7 @@ import yaml
 
 from app.cli import openapi_yaml
 from app.main import create_app
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def test_openapi_yaml_is_current() -> None:

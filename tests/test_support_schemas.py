@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from tests.support_schemas import (
+from tests.support.schemas import (
     openai_schema_validator,
     openai_sdk_adapter,
     schema_errors,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.e2e.server import free_port
+from tests.support.paths import REPO
+from tests.support.server import free_port
 
 SCRIPT = REPO / "scripts" / "test-postgres"
 

@@ -24,12 +24,14 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
-from tests.api.helpers import assert_error, key, locations, paths_naming, read_jsonl, task_dir
-from tests.api.test_auth import BODIES, Route, outcome, task_routes
-from tests.asgi_raw import raw
-from tests.conftest import snapshot_dir, task_body
-from tests.lifecycle.support import fast_settings, settled_jobs
-from tests.threads.test_tree import start
+from tests.support.asgi_raw import raw
+from tests.support.errors import assert_error
+from tests.support.files import locations, paths_naming, read_jsonl, snapshot_dir, task_dir
+from tests.support.routes import BODIES, Route, outcome, task_routes
+from tests.support.settings import fast_settings
+from tests.support.tasks import key, task_body
+from tests.support.threads import start
+from tests.support.waits import settled_jobs
 
 SENTINEL = "sentinel outside CONTEXT_DIR: never read, never shown"
 DAY_NS = 86_400 * 10**9

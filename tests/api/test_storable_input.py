@@ -8,8 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.helpers import assert_error, create_task
-from tests.conftest import snapshot_dir, task_body
+from tests.support.errors import assert_error
+from tests.support.files import snapshot_dir
+from tests.support.tasks import create_task, task_body
 
 
 async def test_a_lone_surrogate_is_invalid_json(

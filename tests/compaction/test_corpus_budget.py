@@ -10,7 +10,6 @@ openai SDK, with tool pairing intact; every compaction recorded in /summaries ma
 smaller; and the number of compactions stays bounded (no compaction loop).
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,11 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.api.helpers import windowed_task
-from tests.conftest import CORPUS
-from tests.lifecycle.support import settled_jobs
-from tests.support_schemas import assert_tool_pairing, validate_openai_request
+from tests.support.corpus import corpus_messages
+from tests.support.paths import CORPUS
+from tests.support.schemas import assert_tool_pairing, validate_openai_request
+from tests.support.tasks import windowed_task
+from tests.support.waits import settled_jobs
 
 LONGEST = [p.name for p in sorted(CORPUS.glob("*.jsonl"), key=lambda p: -p.stat().st_size)[:6]]
 BATCH = 10
@@ -33,11 +33,6 @@ MAX_COMPACTIONS_PER_BATCH = 3
 def settings(context_dir: Path) -> Settings:
     """No fsync: the durability of writes is not what this file is about."""
     return Settings(context_dir=context_dir, storage={"fsync": "never"})
-
-
-def load(name: str) -> list[dict[str, Any]]:
-    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 async def all_summaries(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:
@@ -61,7 +56,7 @@ async def test_corpus_replay_stays_within_budget(
     client: httpx.AsyncClient, name: str, window: int
 ) -> None:
     """Batch after batch, /request serves a valid payload within the budget."""
-    messages = load(name)
+    messages = corpus_messages(name)
     uuid, budget = await windowed_task(client, window, WINDOWS[window])
     batches = 0
     tokens = 0

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.conftest import task_body
+from tests.support.tasks import task_body
 
 
 @pytest.fixture

@@ -16,9 +16,11 @@ import pytest
 from app.config import Settings
 from app.context.files import ContextFiles, CurrentRender
 from app.summaries.layout import KEPT_TITLE
-from tests.api.helpers import assert_error, read_jsonl, task_dir
-from tests.conftest import running_app, task_body
-from tests.support_schemas import assert_tool_pairing
+from tests.support.app import running_app
+from tests.support.errors import assert_error
+from tests.support.files import read_jsonl, task_dir
+from tests.support.payloads import payload
+from tests.support.tasks import SYSTEM_PROMPT, all_messages, append, new_task, task_body
 
 
 @pytest.fixture
@@ -30,7 +32,7 @@ def settings(context_dir: Path) -> Settings:
 
 Message = dict[str, Any]
 
-SYSTEM = {"role": "system", "content": "You are a coding agent."}
+SYSTEM = {"role": "system", "content": SYSTEM_PROMPT}
 INSTRUCTION = {"role": "user", "content": "Fix the failing tests in src/ and explain the fix."}
 SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
 ELISION_TEXT = "characters elided to fit the context window"
@@ -79,23 +81,6 @@ def tool_conversation(turns: int = 10) -> list[Message]:
     return messages
 
 
-async def new_task(client: httpx.AsyncClient, **overrides: Any) -> str:
-    """A running task with the system prompt; returns its uuid."""
-    body = task_body(system_prompt=SYSTEM["content"], **overrides)
-    response = await client.post("/tasks", json=body)
-    assert response.status_code == 201, response.text
-    uuid: str = response.json()["uuid"]
-    return uuid
-
-
-async def append(client: httpx.AsyncClient, uuid: str, messages: list[Message]) -> list[int]:
-    """Append a batch; returns its seqs."""
-    response = await client.post(f"/tasks/{uuid}/messages", json={"messages": messages})
-    assert response.status_code == 201, response.text
-    seqs: list[int] = response.json()["seqs"]
-    return seqs
-
-
 async def compress(client: httpx.AsyncClient, uuid: str, strategy: str) -> dict[str, Any]:
     response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": strategy})
     assert response.status_code == 200, response.text
@@ -113,18 +98,6 @@ async def rewind(
     return result
 
 
-async def payload(client: httpx.AsyncClient, uuid: str) -> tuple[dict[str, Any], int, int]:
-    """GET /request: the payload, its token count and the budget (asserted within it)."""
-    response = await client.get(f"/tasks/{uuid}/request")
-    assert response.status_code == 200, response.text
-    tokens = int(response.headers["X-Context-Tokens"])
-    budget = int(response.headers["X-Context-Budget"])
-    assert tokens <= budget
-    body: dict[str, Any] = response.json()
-    assert_tool_pairing(body["messages"])
-    return body, tokens, budget
-
-
 async def tokens_by_format(client: httpx.AsyncClient, uuid: str) -> dict[str, int]:
     """X-Context-Tokens of GET /request in each payload format."""
     counts = {}
@@ -133,14 +106,6 @@ async def tokens_by_format(client: httpx.AsyncClient, uuid: str) -> dict[str, in
         assert response.status_code == 200, response.text
         counts[name] = int(response.headers["X-Context-Tokens"])
     return counts
-
-
-async def history(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:
-    """Every record of messages.jsonl, through GET /messages."""
-    response = await client.get(f"/tasks/{uuid}/messages", params={"limit": 1000})
-    assert response.status_code == 200, response.text
-    records: list[dict[str, Any]] = response.json()["messages"]
-    return records
 
 
 async def statistics(client: httpx.AsyncClient, uuid: str) -> dict[str, Any]:
@@ -159,7 +124,7 @@ async def test_condense_replaces_the_middle_with_one_summary(
     """Condense keeps the head and the tail, puts one summary in the hidden middle's place."""
     uuid = await new_task(client)
     posted = tool_conversation(10)  # seqs 2..22: instruction, then calls (odd) and results
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
     before, tokens_before, _ = await payload(client, uuid)
 
     outcome = await compress(client, uuid, "condense")
@@ -182,7 +147,7 @@ async def test_condense_replaces_the_middle_with_one_summary(
     assert messages[3:] == posted[-6:]
     assert len(messages) == len(before["messages"]) - 14 + 1
 
-    records = await history(client, uuid)
+    records = await all_messages(client, uuid)
     assert [r["seq"] for r in records] == list(range(1, 24))
     marker = records[-1]
     assert marker["marker"] == "condense"
@@ -223,7 +188,7 @@ async def test_auto_strategy_condenses_keeping_exactly_the_last_five(
     """strategy auto is a condense; with text turns the tail is exactly keep_recent (5)."""
     uuid = await new_task(client)
     posted = [INSTRUCTION, *text_turns(14)]  # seqs 2..15
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
 
     outcome = await compress(client, uuid, "auto")
 
@@ -243,7 +208,7 @@ async def test_the_digest_shows_the_task_statement_as_kept_not_summarised(
 
     Regression: the digest saw only the span, so nothing said what the work was for."""
     uuid = await new_task(client)
-    await append(client, uuid, [INSTRUCTION, *text_turns(12)])
+    await append(client, uuid, INSTRUCTION, *text_turns(12))
 
     outcome = await compress(client, uuid, "condense")
 
@@ -259,10 +224,10 @@ async def test_the_digest_shows_the_task_statement_as_kept_not_summarised(
 async def test_condense_twice_folds_the_older_summary_in(client: httpx.AsyncClient) -> None:
     """A second condense after more messages hides the first summary with the rest."""
     uuid = await new_task(client)
-    await append(client, uuid, [INSTRUCTION, *text_turns(12)])
+    await append(client, uuid, INSTRUCTION, *text_turns(12))
     first = await compress(client, uuid, "condense")
     more = text_turns(10)
-    await append(client, uuid, more)
+    await append(client, uuid, *more)
 
     second = await compress(client, uuid, "condense")
 
@@ -275,7 +240,7 @@ async def test_condense_twice_folds_the_older_summary_in(client: httpx.AsyncClie
     # It stands for the first one's 7 messages and 10 more, not for the summary as one.
     assert [second["hidden_messages"]] == shown_counts(summaries) == [7 + 10]
     assert len(body["messages"]) - 1 + 17 == 1 + 1 + 12 + 10  # shown or counted, once
-    records = await history(client, uuid)
+    records = await all_messages(client, uuid)
     markers = [r for r in records if r.get("marker") == "condense"]
     assert markers[1]["hides"][0] == markers[0]["hides"][0]  # starts at the older summary
     assert (await statistics(client, uuid))["statistics"]["compression_count"] == 2
@@ -286,7 +251,7 @@ async def test_condense_skips_too_few_messages(
 ) -> None:
     """Fewer than 5 messages between the head and the kept tail: skipped, nothing written."""
     uuid = await new_task(client)
-    await append(client, uuid, [INSTRUCTION, *text_turns(8)])  # 3 between head and tail
+    await append(client, uuid, INSTRUCTION, *text_turns(8))  # 3 between head and tail
     directory = task_dir(context_dir, uuid)
     messages_before = (directory / "messages.jsonl").read_bytes()
     _, tokens, _ = await payload(client, uuid)
@@ -319,7 +284,7 @@ async def test_condense_skips_recently_condensed(context_dir: Path) -> None:
         Settings(context_dir=context_dir, token_counter="heuristic", storage={"fsync": "never"})
     ) as client:
         uuid = await new_task(client)
-        await append(client, uuid, [INSTRUCTION, *text_turns(12)])
+        await append(client, uuid, INSTRUCTION, *text_turns(12))
         assert (await compress(client, uuid, "condense"))["kind"] == "condense"
         # [system, instruction, summary, 5 kept]: the summary is among the last 6.
     wider = Settings(
@@ -348,7 +313,7 @@ async def test_truncate_hides_half_with_a_marker(
     """Truncate hides an even half after the head behind the sliding-window marker."""
     uuid = await new_task(client)
     posted = [INSTRUCTION, *text_turns(12)]  # seqs 2..14
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
 
     outcome = await compress(client, uuid, "truncate")
 
@@ -368,7 +333,7 @@ async def test_truncate_hides_half_with_a_marker(
         ]
     )
     assert body["messages"] == [SYSTEM, INSTRUCTION, {"role": "user", "content": text}, *posted[7:]]
-    records = await history(client, uuid)
+    records = await all_messages(client, uuid)
     assert records[-1]["marker"] == "truncation"
     assert records[-1]["hides"] == [3, 8]
     (record,) = read_jsonl(task_dir(context_dir, uuid) / "summaries.jsonl")
@@ -402,7 +367,7 @@ async def test_a_second_truncation_counts_the_messages_the_first_one_hid(
     """
     uuid = await new_task(client)
     posted = [INSTRUCTION, *text_turns(12)]  # seqs 2..14
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
     first = await compress(client, uuid, "truncate")  # hides 3..8: 6 messages
     # [system, instruction, marker, 6 turns]: half of 7 is 3, even 2: the marker and a turn.
 
@@ -411,14 +376,14 @@ async def test_a_second_truncation_counts_the_messages_the_first_one_hid(
     assert (first["hidden_messages"], second["hidden_messages"]) == (6, 7)
     body, _, _ = await payload(client, uuid)
     # The first marker's quotes carried along (no user message among the turn it adds).
-    first_text = (await history(client, uuid))[-2]["content"]
+    first_text = (await all_messages(client, uuid))[-2]["content"]
     text = first_text.replace("6 messages hidden", "7 messages hidden")
     assert text.count("- [seq ") == 3
     assert body["messages"] == [SYSTEM, INSTRUCTION, {"role": "user", "content": text}, *posted[8:]]
     # Every message is either shown or counted by exactly one marker shown.
     shown = len(body["messages"]) - len(shown_counts(body["messages"]))
     assert shown + sum(shown_counts(body["messages"])) == 1 + len(posted)
-    records = await history(client, uuid)
+    records = await all_messages(client, uuid)
     markers = [r for r in records if r.get("marker") == "truncation"]
     assert [m["hides"] for m in markers] == [[3, 8], [3, 9]]  # both stay in the history
     summaries = read_jsonl(task_dir(context_dir, uuid) / "summaries.jsonl")
@@ -431,7 +396,7 @@ async def test_truncate_never_splits_a_tool_pair(client: httpx.AsyncClient) -> N
     uuid = await new_task(client)
     posted = [INSTRUCTION, *text_turns(3), *call_turn(1), *call_turn(2), *text_turns(3)]
     # 10 messages after the head: hide 4, which would end between call_1 and its result.
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
 
     outcome = await compress(client, uuid, "truncate")
 
@@ -465,7 +430,7 @@ async def test_truncating_behind_a_summary_keeps_the_summary(
     ]
     tail = [calls, *results, {"role": "user", "content": "Continue."}]
     posted = [*tool_conversation(7), *tail]  # seqs 2..16, then 17..21
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
     condensed = await compress(client, uuid, "condense")  # hides 3..16: the tail is kept
     assert condensed["hidden_messages"] == 14
     summary = (await payload(client, uuid))[0]["messages"][2]
@@ -487,7 +452,7 @@ async def test_truncating_behind_a_summary_keeps_the_summary(
         {"role": "user", "content": text},
         tail[-1],
     ]
-    records = await history(client, uuid)
+    records = await all_messages(client, uuid)
     assert records[-1]["hides"] == [17, 20]
 
 
@@ -500,7 +465,7 @@ async def test_request_elides_when_truncation_gains_nothing(client: httpx.AsyncC
     uuid = await new_task(client, context_length=2048, max_output_tokens=256)
     small = {"role": "user", "content": "short note"}
     big = {"role": "user", "content": "[big] " + "alpha beta gamma delta " * 265}
-    await append(client, uuid, [INSTRUCTION, small, small, *call_turn(1, "ok"), big])
+    await append(client, uuid, INSTRUCTION, small, small, *call_turn(1, "ok"), big)
 
     body, tokens, budget = await payload(client, uuid)
 
@@ -514,7 +479,7 @@ async def test_request_elides_when_truncation_gains_nothing(client: httpx.AsyncC
 async def test_truncate_of_a_short_context_is_skipped(client: httpx.AsyncClient) -> None:
     """Too little after the head: nothing_to_truncate."""
     uuid = await new_task(client)
-    await append(client, uuid, [INSTRUCTION, *text_turns(3)])
+    await append(client, uuid, INSTRUCTION, *text_turns(3))
     outcome = await compress(client, uuid, "truncate")
     assert outcome["kind"] == "skipped"
     assert outcome["reason"] == "nothing_to_truncate"
@@ -523,7 +488,7 @@ async def test_truncate_of_a_short_context_is_skipped(client: httpx.AsyncClient)
 async def test_compress_on_a_stopped_task_is_refused(client: httpx.AsyncClient) -> None:
     """Only running tasks change: compress and rewind answer 409 task_not_writable."""
     uuid = await new_task(client)
-    await append(client, uuid, [INSTRUCTION, *text_turns(12)])
+    await append(client, uuid, INSTRUCTION, *text_turns(12))
     assert (await client.post(f"/tasks/{uuid}/stop")).status_code == 200
     response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "truncate"})
     assert_error(response, 409, "task_not_writable")
@@ -541,7 +506,7 @@ async def test_request_elides_a_single_huge_tool_output(client: httpx.AsyncClien
     huge = "\n".join(lines)
     assert len(huge) > 60_000
     posted = [INSTRUCTION, *call_turn(1, huge), {"role": "assistant", "content": "Read it."}]
-    seqs = await append(client, uuid, posted)
+    seqs = await append(client, uuid, *posted)
 
     body, tokens, budget = await payload(client, uuid)
 
@@ -559,7 +524,7 @@ async def test_request_elides_a_single_huge_tool_output(client: httpx.AsyncClien
     assert len(tool["content"]) < len(huge)
     assert messages[4] == posted[-1]
 
-    records = await history(client, uuid)
+    records = await all_messages(client, uuid)
     original = next(r for r in records if r["seq"] == seqs[2])
     assert original["content"] == huge  # messages.jsonl keeps it whole
     elisions = [r for r in records if r.get("marker") == "elision"]
@@ -579,11 +544,11 @@ async def test_an_elision_frees_a_tenth_of_the_context_so_the_next_turns_keep_th
     prefix (the provider's prompt cache) every time."""
     uuid = await new_task(client, context_length=8000, max_output_tokens=1000)
     lines = [f"line {i:04d}: build output {'x' * 40}" for i in range(300)]
-    await append(client, uuid, [INSTRUCTION, *call_turn(1, "\n".join(lines))])
+    await append(client, uuid, INSTRUCTION, *call_turn(1, "\n".join(lines)))
     _, under, budget = await payload(client, uuid)
     room = budget - under
     assert room > 200
-    await append(client, uuid, [{"role": "user", "content": "word " * (room + 60)}])
+    await append(client, uuid, {"role": "user", "content": "word " * (room + 60)})
 
     first, _, _ = await payload(client, uuid)
 
@@ -593,7 +558,7 @@ async def test_an_elision_frees_a_tenth_of_the_context_so_the_next_turns_keep_th
     assert summaries[0]["original_tokens"] - summaries[0]["summary_tokens"] >= budget // 10
     assert ELISION_TEXT in first["messages"][3]["content"]  # the large output gave way
     reply = {"role": "assistant", "content": "word " * 150}
-    await append(client, uuid, [reply])
+    await append(client, uuid, reply)
     second, _, _ = await payload(client, uuid)
     assert second["messages"] == [*first["messages"], reply]
     summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
@@ -608,7 +573,7 @@ async def test_an_elided_tool_output_keeps_the_error_lines_it_cut(
     uuid = await new_task(client, context_length=4000, max_output_tokens=500)
     lines = [f"line {i:03d}: build output {'x' * 400}" for i in range(200)]
     lines[25] = "ValueError: NULL date at row 28"  # among the first 30
-    await append(client, uuid, [INSTRUCTION, *call_turn(1, "\n".join(lines))])
+    await append(client, uuid, INSTRUCTION, *call_turn(1, "\n".join(lines)))
 
     body, _, _ = await payload(client, uuid)
 
@@ -643,7 +608,7 @@ async def test_request_elides_the_next_largest_when_the_largest_cannot_shrink(
         ],
     }
     result = {"role": "tool", "tool_call_id": "w1", "content": "written\n" + "ok " * 900}
-    await append(client, uuid, [INSTRUCTION, write, result])
+    await append(client, uuid, INSTRUCTION, write, result)
 
     body, tokens, budget = await payload(client, uuid)
 
@@ -666,7 +631,7 @@ async def test_request_cuts_tool_arguments_when_no_content_can_give_way(
         "type": "function",
         "function": {"name": "write_file", "arguments": json.dumps(arguments)},
     }
-    await append(client, uuid, [INSTRUCTION, {"role": "assistant", "tool_calls": [call]}])
+    await append(client, uuid, INSTRUCTION, {"role": "assistant", "tool_calls": [call]})
 
     body, tokens, budget = await payload(client, uuid)
 
@@ -688,7 +653,7 @@ async def test_request_413_when_the_tools_alone_are_over_budget(client: httpx.As
     )
     assert response.status_code == 201, response.text
     uuid = response.json()["uuid"]
-    await append(client, uuid, [INSTRUCTION])
+    await append(client, uuid, INSTRUCTION)
     response = await client.get(f"/tasks/{uuid}/request")
     assert_error(response, 413, "context_over_budget")
 
@@ -704,7 +669,7 @@ async def test_a_system_prompt_over_the_budget_is_elided_as_a_last_resort(
     )
     assert response.status_code == 201, response.text
     uuid = response.json()["uuid"]
-    await append(client, uuid, [INSTRUCTION])
+    await append(client, uuid, INSTRUCTION)
     body, tokens, budget = await payload(client, uuid)
     assert tokens <= budget
     system, instruction = body["messages"]
@@ -722,7 +687,7 @@ async def test_dense_messages_are_elided_to_fit_a_tiny_calibrated_budget(
     characters of every message, 70-90 tokens of such text, and GET /request answered 413."""
     uuid = await new_task(client, context_length=1024, max_output_tokens=128)
     dense = "𠮷齉龘靐鬱 👩🏽‍🔬 " * 100
-    await append(client, uuid, [{"role": "user", "content": dense}])
+    await append(client, uuid, {"role": "user", "content": dense})
     _, served, _ = await payload(client, uuid)  # what the reply's usage calibrates against
     reply = {"role": "assistant", "content": "Looking.", "usage": {"prompt_tokens": served * 3}}
     calls = {
@@ -734,7 +699,7 @@ async def test_dense_messages_are_elided_to_fit_a_tiny_calibrated_budget(
         ],
     }
     results = [{"role": "tool", "tool_call_id": f"call_{i}", "content": dense} for i in range(3)]
-    await append(client, uuid, [reply, calls, *results])
+    await append(client, uuid, reply, calls, *results)
 
     body, tokens, budget = await payload(client, uuid)
 
@@ -755,7 +720,7 @@ async def test_rewind_without_target_removes_it_and_what_follows(
     """to_seq=5: messages 5.. leave the payload; messages.jsonl keeps every line."""
     uuid = await new_task(client)
     posted = [INSTRUCTION, *text_turns(6)]  # seqs 2..8
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
     messages_file = task_dir(context_dir, uuid) / "messages.jsonl"
     written = messages_file.read_bytes()
 
@@ -763,7 +728,7 @@ async def test_rewind_without_target_removes_it_and_what_follows(
 
     body, tokens, _ = await payload(client, uuid)
     assert body["messages"] == [SYSTEM, *posted[:3]]  # seqs 1..4
-    records = await history(client, uuid)
+    records = await all_messages(client, uuid)
     assert result == {"last_seq": 9, "messages": 4, "context_tokens": tokens - 3}
     assert sum(r["tokens"] for r in records if r["seq"] <= 4) == result["context_tokens"]
     assert [r["seq"] for r in records] == list(range(1, 10))
@@ -781,7 +746,7 @@ async def test_rewind_include_target_keeps_the_target(client: httpx.AsyncClient)
     """include_target: the target stays, what follows it goes."""
     uuid = await new_task(client)
     posted = [INSTRUCTION, *text_turns(6)]
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
     result = await rewind(client, uuid, 5, include_target=True)
     body, _, _ = await payload(client, uuid)
     assert body["messages"] == [SYSTEM, *posted[:4]]  # seqs 1..5
@@ -792,13 +757,13 @@ async def test_appends_after_a_rewind_continue_the_seq(client: httpx.AsyncClient
     """seq never repeats: the next message comes after the rewind marker."""
     uuid = await new_task(client)
     posted = [INSTRUCTION, *text_turns(6)]
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
     await rewind(client, uuid, 4)  # marker seq 9
     new = {"role": "user", "content": "Let's try another approach."}
-    assert await append(client, uuid, [new]) == [10]
+    assert await append(client, uuid, new) == [10]
     body, _, _ = await payload(client, uuid)
     assert body["messages"] == [SYSTEM, *posted[:2], new]
-    assert [r["seq"] for r in await history(client, uuid)] == list(range(1, 11))
+    assert [r["seq"] for r in await all_messages(client, uuid)] == list(range(1, 11))
 
 
 async def test_rewind_to_before_a_condense_brings_the_messages_back(
@@ -807,7 +772,7 @@ async def test_rewind_to_before_a_condense_brings_the_messages_back(
     """A condense made after the cut leaves with it: the summarised messages are back."""
     uuid = await new_task(client)
     posted = tool_conversation(10)  # seqs 2..22
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
     assert (await compress(client, uuid, "condense"))["kind"] == "condense"  # marker 23
 
     await rewind(client, uuid, 20, include_target=True)
@@ -815,7 +780,7 @@ async def test_rewind_to_before_a_condense_brings_the_messages_back(
     body, _, _ = await payload(client, uuid)
     assert body["messages"] == [SYSTEM, *posted[:19]]  # seqs 1..20, no summary
     assert not any(m["content"] and "[Summary of" in m["content"] for m in body["messages"])
-    records = await history(client, uuid)
+    records = await all_messages(client, uuid)
     assert [r["seq"] for r in records] == list(range(1, 25))
     # The context can be condensed again, over the restored messages.
     again = await compress(client, uuid, "condense")
@@ -826,10 +791,10 @@ async def test_rewind_to_before_a_condense_brings_the_messages_back(
 async def test_rewind_after_a_condense_keeps_it(client: httpx.AsyncClient) -> None:
     """A cut after the condense marker leaves the summary in force."""
     uuid = await new_task(client)
-    await append(client, uuid, tool_conversation(10))  # seqs 2..22, condense -> 23
+    await append(client, uuid, *tool_conversation(10))  # seqs 2..22, condense -> 23
     await compress(client, uuid, "condense")
     later = text_turns(4)
-    await append(client, uuid, later)  # seqs 24..27
+    await append(client, uuid, *later)  # seqs 24..27
     before, _, _ = await payload(client, uuid)
 
     await rewind(client, uuid, 26)
@@ -843,10 +808,10 @@ async def test_rewind_undone_by_an_earlier_target(client: httpx.AsyncClient) -> 
     """A rewind removed by a later rewind no longer applies: its removed messages return."""
     uuid = await new_task(client)
     posted = [INSTRUCTION, *text_turns(6)]  # seqs 2..8
-    await append(client, uuid, posted)
+    await append(client, uuid, *posted)
     await rewind(client, uuid, 4)  # removes 4..8; marker 9
     new = text_turns(2)
-    await append(client, uuid, new)  # seqs 10, 11
+    await append(client, uuid, *new)  # seqs 10, 11
     await rewind(client, uuid, 6)  # removes 6..11: the first rewind too, so 4 and 5 return
     body, _, _ = await payload(client, uuid)
     assert body["messages"] == [SYSTEM, *posted[:4]]  # seqs 1..5
@@ -870,7 +835,7 @@ async def test_rewind_reopens_a_tool_call_at_the_cut(client: httpx.AsyncClient) 
     first = {"role": "tool", "tool_call_id": "c1", "content": "one"}
     second = {"role": "tool", "tool_call_id": "c2", "content": "two"}
     after = [{"role": "assistant", "content": "Both read."}, {"role": "user", "content": "Go on"}]
-    await append(client, uuid, [INSTRUCTION, calls, first, second, *after])  # seqs 2..7
+    await append(client, uuid, INSTRUCTION, calls, first, second, *after)  # seqs 2..7
 
     await rewind(client, uuid, 5)  # removes the c2 result and what followed
 
@@ -883,8 +848,8 @@ async def test_rewind_reopens_a_tool_call_at_the_cut(client: httpx.AsyncClient) 
     response = await client.post(f"/tasks/{uuid}/messages", json=first)
     assert_error(response, 422, "unknown_tool_call")  # c1 is still answered
     redo = {"role": "tool", "tool_call_id": "c2", "content": "two, again"}
-    assert await append(client, uuid, [redo]) == [9]
-    assert await append(client, uuid, [user]) == [10]
+    assert await append(client, uuid, redo) == [9]
+    assert await append(client, uuid, user) == [10]
     body, _, _ = await payload(client, uuid)
     assert body["messages"] == [SYSTEM, INSTRUCTION, calls, first, redo, user]
 
@@ -894,7 +859,7 @@ async def test_rewind_to_an_invalid_target_is_refused(
 ) -> None:
     """A seq that is not a message (unknown, or a marker): 422, and nothing is written."""
     uuid = await new_task(client)
-    await append(client, uuid, [INSTRUCTION, *text_turns(12)])  # seqs 2..14
+    await append(client, uuid, INSTRUCTION, *text_turns(12))  # seqs 2..14
     await compress(client, uuid, "truncate")  # marker 15
     directory = task_dir(context_dir, uuid)
     written = (directory / "messages.jsonl").read_bytes()
@@ -916,15 +881,15 @@ async def test_current_is_rebuilt_byte_identical_after_compactions_and_rewinds(
     """SPEC §3.2: current.jsonl deleted after condense, truncate, rewinds, then the service
     restarted: it is rebuilt the same, and the restarted service serves the same payload."""
     uuid = await new_task(client)
-    await append(client, uuid, tool_conversation(10))  # 2..22
+    await append(client, uuid, *tool_conversation(10))  # 2..22
     assert (await compress(client, uuid, "condense"))["kind"] == "condense"  # 23
-    await append(client, uuid, text_turns(8))  # 24..31
+    await append(client, uuid, *text_turns(8))  # 24..31
     await rewind(client, uuid, 29)  # 32: removes 29..31
-    await append(client, uuid, [*call_turn(20), *text_turns(5)])  # 33..39
+    await append(client, uuid, *call_turn(20), *text_turns(5))  # 33..39
     assert (await compress(client, uuid, "truncate"))["kind"] == "truncation"  # 40
-    await append(client, uuid, text_turns(4))  # 41..44
+    await append(client, uuid, *text_turns(4))  # 41..44
     await rewind(client, uuid, 43, include_target=True)  # 45
-    await append(client, uuid, [*call_turn(21), {"role": "assistant", "content": "done"}])
+    await append(client, uuid, *call_turn(21), {"role": "assistant", "content": "done"})
 
     directory = task_dir(context_dir, uuid)
     current = directory / "current.jsonl"
@@ -961,19 +926,19 @@ async def test_a_summary_cut_to_fit_stays_the_newest_summary(context_dir: Path) 
         for i in range(30):
             ask = f"Request {i}: also handle case {i} in src/m{i}.py, and keep case {i - 1}. "
             turns += [{"role": "user", "content": ask * 3}, text_turns(1)[0]]
-        await append(client, uuid, [INSTRUCTION, *turns])
+        await append(client, uuid, INSTRUCTION, *turns)
         condensed = await compress(client, uuid, "condense")
         assert condensed["kind"] == "condense", condensed
     async with running_app(Settings(context_dir=context_dir, storage={"fsync": "never"})) as client:
         _, served, _ = await payload(client, uuid)
         reply = {"role": "assistant", "content": "Next.", "usage": {"prompt_tokens": served * 3}}
-        await append(client, uuid, [reply])
+        await append(client, uuid, reply)
 
         body, _, _ = await payload(client, uuid)
 
         summary = next(m for m in body["messages"] if m["content"].startswith("[Summary of"))
         assert ELISION_TEXT in summary["content"]
-        records = await history(client, uuid)
+        records = await all_messages(client, uuid)
         first = next(r for r in records if r.get("marker") == "condense")
         assert records[-1]["marker"] == "condense"  # the cut summary: a summary still
         assert records[-1]["hides"] == first["hides"]

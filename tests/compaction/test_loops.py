@@ -10,7 +10,6 @@ tokens there are at most T divided by that many of them. Elisions (the last reso
 fit whatever it frees) are bounded by the fit's rounds per payload.
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,11 @@ import pytest
 
 from app.compaction.service import MAX_FIT_ROUNDS
 from app.config import Settings
-from tests.conftest import CORPUS, running_app, task_body
-from tests.lifecycle.support import settled_jobs
-from tests.support_schemas import assert_tool_pairing
+from tests.support.app import running_app
+from tests.support.corpus import corpus_messages
+from tests.support.payloads import payload_messages
+from tests.support.tasks import task_body
+from tests.support.waits import settled_jobs
 
 TRAJECTORY = "claude-code__ccviewer_fe5e1c67_subagent.jsonl"
 WINDOW = 4000
@@ -32,15 +33,10 @@ def settings(context_dir: Path) -> Settings:
     return Settings(context_dir=context_dir, storage={"fsync": "never"}, job={"backoff_s": 0})
 
 
-def load(name: str) -> list[dict[str, Any]]:
-    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
 async def test_a_long_trajectory_at_4k_compacts_a_bounded_number_of_times(
     settings: Settings,
 ) -> None:
-    messages = load(TRAJECTORY)
+    messages = corpus_messages(TRAJECTORY)
     async with running_app(settings) as client:
         body = task_body(context_length=WINDOW, max_output_tokens=500)
         response = await client.post("/tasks", json=body)
@@ -61,7 +57,7 @@ async def test_a_long_trajectory_at_4k_compacts_a_bounded_number_of_times(
                 # The background compaction settled first: the newest summary is then the one
                 # the payload must show (one committed meanwhile would be newer than it).
                 await settled_jobs(client, uuid, at_least_one=False)
-                payload = await served(client, uuid)
+                payload = await payload_messages(client, uuid)
                 requests += 1
                 assert any(m == instruction for m in payload), (
                     payload[0]["content"][-300:],
@@ -88,15 +84,6 @@ async def test_a_long_trajectory_at_4k_compacts_a_bounded_number_of_times(
     assert len(gaining) <= appended / floor, (len(gaining), appended, floor)
     elisions = len(summaries) - len(gaining)
     assert elisions <= requests * MAX_FIT_ROUNDS
-
-
-async def served(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:
-    response = await client.get(f"/tasks/{uuid}/request")
-    assert response.status_code == 200, response.text
-    assert int(response.headers["X-Context-Tokens"]) <= int(response.headers["X-Context-Budget"])
-    messages: list[dict[str, Any]] = response.json()["messages"]
-    assert_tool_pairing(messages)
-    return messages
 
 
 async def summaries_of(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:

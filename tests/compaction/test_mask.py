@@ -12,13 +12,16 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.api.helpers import assert_error, read_jsonl, task_dir
-from tests.compaction.test_engine import SYSTEM, append, new_task
-from tests.conftest import running_app, snapshot_dir, task_body
-from tests.lifecycle.support import settled_jobs
-from tests.support_schemas import assert_tool_pairing
+from tests.support.app import running_app
+from tests.support.errors import assert_error
+from tests.support.files import read_jsonl, snapshot_dir, task_dir
+from tests.support.payloads import payload_messages
+from tests.support.schemas import assert_tool_pairing
+from tests.support.tasks import SYSTEM_PROMPT, append, new_task, task_body
+from tests.support.waits import settled_jobs
 
 Message = dict[str, Any]
+SYSTEM = {"role": "system", "content": SYSTEM_PROMPT}
 INSTRUCTION = {"role": "user", "content": "Find why the date parser fails and fix it."}
 PLACEHOLDER = re.compile(
     r"\[output of run_command\(command=\"pytest tests/test_(\d+)\.py\"\) hidden to save "
@@ -57,20 +60,7 @@ def settings(context_dir: Path) -> Settings:
 
 async def task_keeping(client: httpx.AsyncClient, keep_tool_results: int, **window: int) -> str:
     """A running task whose masking keeps this many newest tool results; returns its uuid."""
-    compaction = {"keep_tool_results": keep_tool_results}
-    body = task_body(system_prompt=SYSTEM["content"], compaction=compaction, **window)
-    response = await client.post("/tasks", json=body)
-    assert response.status_code == 201, response.text
-    uuid: str = response.json()["uuid"]
-    return uuid
-
-
-async def payload(client: httpx.AsyncClient, uuid: str, fmt: str = "openai") -> list[Message]:
-    response = await client.get(f"/tasks/{uuid}/request", params={"format": fmt})
-    assert response.status_code == 200, response.text
-    assert int(response.headers["X-Context-Tokens"]) <= int(response.headers["X-Context-Budget"])
-    messages: list[Message] = response.json()["messages"]
-    return messages
+    return await new_task(client, compaction={"keep_tool_results": keep_tool_results}, **window)
 
 
 async def test_a_small_window_masks_old_outputs_first_and_loses_no_step(
@@ -82,10 +72,10 @@ async def test_a_small_window_masks_old_outputs_first_and_loses_no_step(
     a trace of every earlier step (the finding: truncation hid the summary, and nothing of steps
     0-9 survived)."""
     uuid = await new_task(client, context_length=4000, max_output_tokens=500)
-    await append(client, uuid, [INSTRUCTION])
+    await append(client, uuid, INSTRUCTION)
     for i in range(12):
-        await append(client, uuid, tool_turn(i))
-    messages = await payload(client, uuid)
+        await append(client, uuid, *tool_turn(i))
+    messages = await payload_messages(client, uuid)
     assert_tool_pairing(messages)
     assert messages[:2] == [SYSTEM, INSTRUCTION]
     results = [m for m in messages if m["role"] == "tool"]
@@ -116,12 +106,12 @@ async def test_a_placeholder_keeps_the_outputs_error_lines_grouped(
     client: httpx.AsyncClient,
 ) -> None:
     uuid = await new_task(client, context_length=64_000, max_output_tokens=1000)
-    await append(client, uuid, [INSTRUCTION])
+    await append(client, uuid, INSTRUCTION)
     for i in range(5):
-        await append(client, uuid, tool_turn(i))
+        await append(client, uuid, *tool_turn(i))
     response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "mask"})
     assert response.json()["kind"] == "mask"
-    first = next(m for m in await payload(client, uuid) if m["role"] == "tool")
+    first = next(m for m in await payload_messages(client, uuid) if m["role"] == "tool")
     line, errors = first["content"].split("\n")
     assert placeholder(line) is not None
     assert errors.startswith("error: tests/test_0.py: ValueError: NULL date at row 0, 7, 14,")
@@ -140,14 +130,14 @@ async def test_masking_happens_in_batches_so_the_prefix_stays_stable(
             max_output_tokens=1000,
             compaction={"tiers": ["mask", "truncate", "elide"]},
         )
-        await append(client, uuid, [INSTRUCTION])
+        await append(client, uuid, INSTRUCTION)
         previous: list[Message] = []
         masks_seen = stable = 0
         for i in range(40):
-            await append(client, uuid, tool_turn(i))
+            await append(client, uuid, *tool_turn(i))
             await settled_jobs(client, uuid, at_least_one=False)
             summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
-            messages = await payload(client, uuid)
+            messages = await payload_messages(client, uuid)
             if len(summaries) == masks_seen:
                 assert messages[: len(previous)] == previous, f"turn {i}"
                 stable += 1
@@ -161,18 +151,18 @@ async def test_masking_happens_in_batches_so_the_prefix_stays_stable(
 
 async def test_a_rewind_brings_masked_outputs_back(client: httpx.AsyncClient) -> None:
     uuid = await new_task(client, context_length=16_000, max_output_tokens=1000)
-    await append(client, uuid, [INSTRUCTION])
+    await append(client, uuid, INSTRUCTION)
     seqs = []
     for i in range(8):
-        seqs += await append(client, uuid, tool_turn(i))
+        seqs += await append(client, uuid, *tool_turn(i))
     response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "mask"})
     assert response.json()["kind"] == "mask"
-    assert any(placeholder(m["content"]) for m in await payload(client, uuid))
+    assert any(placeholder(m["content"]) for m in await payload_messages(client, uuid))
     response = await client.post(
         f"/tasks/{uuid}/rewind", json={"to_seq": seqs[-1], "include_target": True}
     )
     assert response.status_code == 200, response.text
-    results = [m for m in await payload(client, uuid) if m["role"] == "tool"]
+    results = [m for m in await payload_messages(client, uuid) if m["role"] == "tool"]
     assert [m["content"] for m in results] == [tool_turn(i)[1]["content"] for i in range(8)]
 
 
@@ -180,9 +170,9 @@ async def test_every_format_counts_the_placeholders_as_it_renders_them(
     client: httpx.AsyncClient,
 ) -> None:
     uuid = await new_task(client, context_length=64_000, max_output_tokens=1000)
-    await append(client, uuid, [INSTRUCTION])
+    await append(client, uuid, INSTRUCTION)
     for i in range(8):
-        await append(client, uuid, tool_turn(i))
+        await append(client, uuid, *tool_turn(i))
     response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "mask"})
     assert response.json()["kind"] == "mask"
     for fmt in ("anthropic", "ollama", "openai"):
@@ -207,10 +197,10 @@ async def test_a_task_chooses_its_tiers_and_the_context_shows_them(
         "tiers": ["condense", "truncate", "elide"],
         "keep_tool_results": 1,
     }
-    await append(client, uuid, [INSTRUCTION])
+    await append(client, uuid, INSTRUCTION)
     for i in range(12):
-        await append(client, uuid, tool_turn(i))
-    messages = await payload(client, uuid)
+        await append(client, uuid, *tool_turn(i))
+    messages = await payload_messages(client, uuid)
     assert not any(placeholder(m["content"]) for m in messages)
     kinds = {s["kind"] for s in (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]}
     assert "mask" not in kinds
@@ -248,7 +238,7 @@ async def test_the_background_compaction_masks_first(settings: Settings, context
     condenses if the context is still over its threshold after that."""
     async with running_app(settings) as client:
         uuid = await new_task(client, context_length=16_000, max_output_tokens=1000)
-        await append(client, uuid, [INSTRUCTION])
+        await append(client, uuid, INSTRUCTION)
         scheduled = False
         for i in range(18):  # ~700 tokens each: the threshold (11,200) is crossed
             response = await client.post(f"/tasks/{uuid}/messages", json={"messages": tool_turn(i)})
@@ -274,7 +264,7 @@ async def test_the_background_compaction_goes_on_down_to_its_relief_level(
     )
     async with running_app(settings) as client:
         uuid = await task_keeping(client, 10, context_length=16_000, max_output_tokens=1000)
-        await append(client, uuid, [INSTRUCTION])
+        await append(client, uuid, INSTRUCTION)
         for i in range(18):  # ~700 tokens each: the threshold (11,200) is crossed
             response = await client.post(f"/tasks/{uuid}/messages", json={"messages": tool_turn(i)})
             assert response.status_code == 201, response.text
@@ -314,9 +304,9 @@ async def test_placeholders_that_do_not_fit_are_cut_not_refused(client: httpx.As
         for i, call in enumerate(calls)
     ]
     call_message = {"role": "assistant", "content": None, "tool_calls": calls}
-    await append(client, uuid, [INSTRUCTION, call_message, *results])
+    await append(client, uuid, INSTRUCTION, call_message, *results)
 
-    messages = await payload(client, uuid)
+    messages = await payload_messages(client, uuid)
 
     shown = [m["content"] for m in messages if m["role"] == "tool"]
     assert len(shown) == 6

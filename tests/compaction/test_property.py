@@ -35,11 +35,12 @@ from app.config import Settings
 from app.context.effective import COMPACTION_KINDS
 from app.context.files import ContextFiles, CurrentRender
 from app.context.records import openai_message
-from tests.api.helpers import task_dir
-from tests.compaction.test_effective import reference_context
-from tests.conftest import running_app, task_body
-from tests.lifecycle.support import settled_jobs
-from tests.support_schemas import assert_tool_pairing
+from tests.support.app import running_app
+from tests.support.files import task_dir
+from tests.support.reference import reference_context
+from tests.support.schemas import assert_tool_pairing
+from tests.support.tasks import task_body
+from tests.support.waits import settled_jobs
 
 Step = tuple[Any, ...]
 

@@ -18,17 +18,19 @@ from app.config import Settings
 from app.summaries.layout import digest_sections
 from app.summaries.rules import shows_error_line
 from app.summaries.summarizer import CUT_NOTE
-from tests.compaction.test_jobs import llm_settings
-from tests.conftest import running_app, task_body
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.lifecycle.support import settled_jobs
+from tests.support.app import running_app
+from tests.support.settings import impatient_llm_settings
+from tests.support.tasks import append, new_task
+from tests.support.waits import settled_jobs
 
 Client = httpx.AsyncClient
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 SHARE = 0.25
 ROWS_PER_OUTPUT = 40
 ROOT = "/home/agent/orders-service"
+TASK = {"system_prompt": "Be useful.", "max_output_tokens": 800}  # and a window of its own
 
 
 @pytest.fixture
@@ -40,19 +42,6 @@ def settings(context_dir: Path) -> Settings:
         storage={"fsync": "never"},
         job={"poll_s": 0.05},
     )
-
-
-async def new_task(client: Client, window: int) -> str:
-    body = task_body(context_length=window, max_output_tokens=800, system_prompt="Be useful.")
-    response = await client.post("/tasks", json=body)
-    assert response.status_code == 201, response.text
-    uuid: str = response.json()["uuid"]
-    return uuid
-
-
-async def append(client: Client, uuid: str, *messages: dict[str, Any]) -> None:
-    response = await client.post(f"/tasks/{uuid}/messages", json={"messages": list(messages)})
-    assert response.status_code == 201, response.text
 
 
 def load_step(step: int, first_row: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -98,7 +87,7 @@ async def test_a_digest_at_a_4k_window_fits_its_share_of_the_budget(client: Clie
 
     Regression: the digest was ~1,800 tokens (64% of a 2,800-token budget) because its size was
     a fixed 6,000 characters; it listed all 40 error lines of every tool output."""
-    uuid = await new_task(client, window=4000)
+    uuid = await new_task(client, context_length=4000, **TASK)
     await append(client, uuid, {"role": "user", "content": "Load the order files."})
     for step in range(12):
         await append(client, uuid, *load_step(step))
@@ -137,7 +126,7 @@ async def test_repeated_condenses_leave_one_summary_that_carries_the_first(
         compaction={"condense_threshold": 0.99},
     )
     async with running_app(settings) as client:
-        uuid = await new_task(client, window=16_000)
+        uuid = await new_task(client, context_length=16_000, **TASK)
         await append(client, uuid, {"role": "user", "content": "Load the order files."})
         for round_number in range(3):
             for step in range(round_number * 6, round_number * 6 + 6):
@@ -170,7 +159,7 @@ async def test_error_lines_that_differ_in_a_row_number_all_survive_grouped(
     with all five rows.
 
     Regression: the latest summary kept 1 of the 5 distinct error lines."""
-    uuid = await new_task(client, window=100_000)
+    uuid = await new_task(client, context_length=100_000, **TASK)
     await append(client, uuid, {"role": "user", "content": "Import the orders."})
     rows = [5, 28, 51, 77, 90]
     for step, row in enumerate(rows):
@@ -215,11 +204,11 @@ async def test_a_chat_backend_is_asked_for_the_share_and_a_longer_answer_is_cut(
         f"- step {n}: loaded {ROOT}/data/orders_{n}.csv, 40 NULL dates" for n in range(200)
     )
     fake_llm.set("ok", text=answer)
-    settings = llm_settings(
+    settings = impatient_llm_settings(
         context_dir, fake_llm, compaction={"condense_threshold": 0.99, "summary_max_tokens": 8000}
     )
     async with running_app(settings) as client:
-        uuid = await new_task(client, window=12_000)
+        uuid = await new_task(client, context_length=12_000, **TASK)
         await append(client, uuid, {"role": "user", "content": "Load the order files."})
         for step in range(6):
             await append(client, uuid, *load_step(step))

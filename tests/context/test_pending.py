@@ -9,8 +9,9 @@ from pathlib import Path
 from app.config import Settings
 from app.context.pending import PendingHeads
 from app.context.records import HeadState, IdempotentResult, StatsDelta
-from tests.conftest import running_app, task_body
-from tests.database import run_sql
+from tests.support.app import running_app
+from tests.support.database import run_sql
+from tests.support.tasks import task_body
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
 BASE = HeadState(last_seq=3, messages_bytes=300, current_bytes=200, current_messages=3)

@@ -17,13 +17,11 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import snapshot_dir, task_body
-from tests.e2e import server
-from tests.e2e.server import Server, ServerPool, all_messages
-from tests.e2e.test_connections import read_until_closed, status_and_headers
+from tests.support.files import snapshot_dir
+from tests.support.server import Server, ServerPool, read_until_closed, status_and_headers
+from tests.support.tasks import all_messages, task_body
 
 pytestmark = pytest.mark.e2e
-servers = server.servers
 
 MiB = 1024 * 1024
 CHUNK = 64 * 1024

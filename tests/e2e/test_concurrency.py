@@ -9,24 +9,16 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import (
-    ServerPool,
-    all_messages,
-    assert_seqs_contiguous,
-    assert_valid_openai_request,
-    jsonl_records,
-)
+from tests.support.schemas import validate_openai_request
+from tests.support.server import ServerPool, assert_seqs_contiguous, jsonl_records
+from tests.support.tasks import SYSTEM_PROMPT, all_messages, task_body
 
 pytestmark = pytest.mark.e2e
-servers = server.servers  # the fixture: real uvicorn processes, ended at teardown
 
 CLIENTS = 50
 PER_CLIENT = 10
 # How each client splits its 10 messages into POSTs: singles and batches of 2 or 3.
 PATTERNS = [[1] * 10, [2, 1, 3, 1, 2, 1], [3, 3, 2, 2], [1, 2, 1, 2, 1, 3]]
-SYSTEM_PROMPT = "You are a coding agent."
 
 
 async def _client(http: httpx.AsyncClient, uuid: str, client: int) -> list[tuple[int, str]]:
@@ -83,7 +75,7 @@ async def _check_task(
     response = await http.get(f"/tasks/{uuid}/request")
     assert response.status_code == 200, response.text
     payload = response.json()
-    assert_valid_openai_request(payload)
+    validate_openai_request(payload)
     assert [m["content"] for m in payload["messages"]] == contents
 
     task = (await http.get(f"/tasks/{uuid}")).json()
@@ -182,4 +174,4 @@ async def test_condense_jobs_run_once_across_two_processes(servers: ServerPool) 
             assert earlier["end_seq"] < later["end_seq"], "each condense covered new messages"
 
         payload = (await http.get(f"/tasks/{uuid}/request")).json()
-        assert_valid_openai_request(payload)
+        validate_openai_request(payload)

@@ -13,12 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import Server, ServerPool
+from tests.support.server import Server, ServerPool, read_until_closed, status_and_headers
+from tests.support.tasks import task_body
 
 pytestmark = pytest.mark.e2e
-servers = server.servers
 
 READ_TIMEOUT_S = 1.0  # BODY_READ_TIMEOUT_S of these servers
 STALLED_BODY = (
@@ -30,21 +28,6 @@ STALLED_BODY = (
 def connect(target: Server) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", target.port), timeout=10)
     return sock
-
-
-def read_until_closed(sock: socket.socket, timeout: float = 10.0) -> bytes:
-    """Everything the server sends until it closes the connection (fails if it does not)."""
-    sock.settimeout(timeout)
-    received = b""
-    while chunk := sock.recv(65536):
-        received += chunk
-    return received
-
-
-def status_and_headers(response: bytes) -> tuple[int, dict[str, str]]:
-    head = response.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
-    headers = dict(line.split(": ", 1) for line in head[1:])
-    return int(head[0].split()[1]), {name.lower(): value for name, value in headers.items()}
 
 
 def get_on(sock: socket.socket, path: str) -> None:

@@ -13,22 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import task_body
-from tests.database import run_sql
-from tests.e2e import server
-from tests.e2e.server import (
-    Server,
-    ServerPool,
-    all_messages,
-    assert_seqs_contiguous,
-    assert_valid_openai_request,
-    jsonl_records,
-)
+from tests.support.database import run_sql
+from tests.support.schemas import validate_openai_request
+from tests.support.server import Server, ServerPool, assert_seqs_contiguous, jsonl_records
+from tests.support.tasks import SYSTEM_PROMPT, all_messages, task_body, task_with_messages
 
 pytestmark = pytest.mark.e2e
-servers = server.servers  # the fixture: real uvicorn processes, ended at teardown
 
-SYSTEM_PROMPT = "You are a coding agent."
 APPENDERS = 16
 CYCLES = 3
 ACKS_BEFORE_KILL = 60  # messages acknowledged in a cycle before the kill
@@ -125,7 +116,7 @@ async def _check_reads_cleanly(
     response = await http.get(f"/tasks/{uuid}/request")
     assert response.status_code == 200, response.text
     payload = response.json()
-    assert_valid_openai_request(payload)
+    validate_openai_request(payload)
     assert [m["content"] for m in payload["messages"]] == contents
 
     context = await http.get(f"/tasks/{uuid}/context")
@@ -222,25 +213,13 @@ async def test_kill_9_during_appends_loses_no_acknowledged_write(servers: Server
     )
 
 
-async def _task_with_messages(http: httpx.AsyncClient, count: int) -> str:
-    created = await http.post("/tasks", json=task_body(system_prompt=SYSTEM_PROMPT))
-    assert created.status_code == 201, created.text
-    uuid: str = created.json()["uuid"]
-    for i in range(count):
-        response = await http.post(
-            f"/tasks/{uuid}/messages", json={"role": "user", "content": f"message {i}"}
-        )
-        assert response.status_code == 201, response.text
-    return uuid
-
-
 async def test_torn_line_is_cut_on_restart(servers: ServerPool) -> None:
     """A messages.jsonl ending mid-line beyond the committed records (a torn write) does not
     make the task unreadable: after restart the partial line is gone (and logged), history,
     payload and context agree, and the next append takes the seq after the last record."""
     srv = servers.start()
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
-        uuid = await _task_with_messages(http, 5)  # seqs 1 (system) .. 6
+        uuid = await task_with_messages(http, 5)  # seqs 1 (system) .. 6
     srv.stop()
 
     path = servers.context_dir / "running" / uuid / "messages.jsonl"
@@ -268,7 +247,7 @@ async def test_a_cut_acknowledged_line_is_damage_after_restart(servers: ServerPo
     left as found (an operator restores it or accepts the loss); seq 6 is never issued again."""
     srv = servers.start()
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
-        uuid = await _task_with_messages(http, 5)  # seqs 1 (system) .. 6
+        uuid = await task_with_messages(http, 5)  # seqs 1 (system) .. 6
     srv.stop()
 
     path = servers.context_dir / "running" / uuid / "messages.jsonl"
@@ -334,7 +313,7 @@ async def test_keyed_retry_of_a_write_whose_commit_was_lost(
     statistics count the batch once, and the next append continues the seq."""
     srv = servers.start()
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
-        uuid = await _task_with_messages(http, 1)  # seqs 1 (system), 2
+        uuid = await task_with_messages(http, 1)  # seqs 1 (system), 2
     srv.stop()
     before = _committed_state(servers.context_dir, uuid)
 
@@ -373,7 +352,7 @@ async def test_deleted_current_jsonl_is_rebuilt(servers: ServerPool) -> None:
     payload after restart is byte for byte the payload before, tool calls included."""
     srv = servers.start()
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
-        uuid = await _task_with_messages(http, 3)
+        uuid = await task_with_messages(http, 3)
         call = {
             "id": "call_1",
             "type": "function",
@@ -406,7 +385,7 @@ async def test_deleted_current_jsonl_is_rebuilt(servers: ServerPool) -> None:
         assert after.status_code == 200, after.text
         assert after.content == before.content
         assert after.headers["X-Context-Tokens"] == before.headers["X-Context-Tokens"]
-        assert_valid_openai_request(after.json())
+        validate_openai_request(after.json())
         context = await http.get(f"/tasks/{uuid}/context")
         assert context.status_code == 200
         assert context.json()["message_count"] == 7

@@ -18,16 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import Server, ServerPool, all_messages, jsonl_records, task_dirs
+from tests.support.server import Server, ServerPool, jsonl_records, task_dirs
+from tests.support.tasks import SYSTEM_PROMPT, all_messages, task_body
 
 pytestmark = pytest.mark.e2e
-servers = server.servers
 
 ROUNDS = 3
 NEW_TASKS = 12
-SYSTEM_PROMPT = "You are a coding agent."
 ROUND_TIMEOUT_S = 20.0
 STATUS_DIR = {"running": "running", "completed": "completed"}
 OUTCOME = {"complete": "completed", "delete": "deleted"}

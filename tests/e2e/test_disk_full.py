@@ -17,12 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import all_messages, assert_seqs_contiguous, assert_valid_openai_request
+from tests.support.schemas import validate_openai_request
+from tests.support.server import ServerPool, assert_seqs_contiguous
+from tests.support.tasks import all_messages, task_body
 
 pytestmark = pytest.mark.e2e
-servers = server.servers  # the fixture: real uvicorn processes, ended at teardown
 
 DISK_BYTES = 24 << 20  # the tmpfs of a real full disk
 FREE_FLOOR = 2 << 20  # READY_MIN_FREE_BYTES of its server
@@ -33,7 +32,7 @@ MAX_APPENDS = 200  # far more than it takes to fill LIMIT
 
 
 async def test_a_full_disk_refuses_writes_with_507_and_loses_nothing(
-    servers: server.ServerPool,
+    servers: ServerPool,
 ) -> None:
     srv = servers.start(file_size_limit=LIMIT, env={"CLEANUP_DAYS": "0"})
     acknowledged: list[tuple[int, str]] = []  # (seq, text) of every 201
@@ -82,14 +81,14 @@ async def test_a_full_disk_refuses_writes_with_507_and_loses_nothing(
         assert len(records) - len(acknowledged) <= 2
         payload = await http.get(f"/tasks/{uuid}/request")
         assert payload.status_code == 200, payload.text
-        assert_valid_openai_request(payload.json())
+        validate_openai_request(payload.json())
         after = await http.post(f"/tasks/{uuid}/messages", json={"role": "user", "content": "ok"})
         assert after.status_code == 201, after.text
         assert after.json()["seqs"] == [records[-1]["seq"] + 1]
 
 
 async def test_read_only_task_files_refuse_writes_with_503_and_lose_nothing(
-    servers: server.ServerPool,
+    servers: ServerPool,
 ) -> None:
     """A task directory that cannot be written (read-only modes; the server runs without the
     capability that lets root ignore them): appends answer 503 `storage_unavailable`, with no
@@ -120,7 +119,7 @@ async def test_read_only_task_files_refuse_writes_with_503_and_lose_nothing(
             assert [m["content"] for m in history][1:] == [f"before {i}" for i in range(3)]
             payload = await http.get(f"/tasks/{uuid}/request")
             assert payload.status_code == 200, payload.text
-            assert_valid_openai_request(payload.json())
+            validate_openai_request(payload.json())
         finally:
             directory.chmod(0o755)
             for path in files:
@@ -152,7 +151,7 @@ def tmpfs(path: Path, size: int) -> Iterator[Path]:
 
 
 @pytest.fixture
-def small_disk(servers: server.ServerPool) -> Iterator[Path]:
+def small_disk(servers: ServerPool) -> Iterator[Path]:
     """The pool's CONTEXT_DIR on a tmpfs of DISK_BYTES."""
     with tmpfs(servers.context_dir, DISK_BYTES) as path:
         yield path
@@ -173,7 +172,7 @@ def fill_up(path: Path) -> None:
 
 
 async def test_a_full_database_disk_still_acknowledges_appends_and_serves_reads(
-    servers: server.ServerPool, tmp_path: Path
+    servers: ServerPool, tmp_path: Path
 ) -> None:
     """A SQLite database (whatever the suite runs on) alone on a disk with no room left
     (CONTEXT_DIR has plenty): an append is committed by its fsynced files, so it is
@@ -236,7 +235,7 @@ async def test_a_full_database_disk_still_acknowledges_appends_and_serves_reads(
 
 
 async def test_a_full_disk_with_the_database_on_it_answers_507_and_serves_reads(
-    servers: server.ServerPool, small_disk: Path
+    servers: ServerPool, small_disk: Path
 ) -> None:
     """The default layout (tasks.db inside CONTEXT_DIR) on a disk that fills up: every append
     answers 201 or 507, also when it is the database's own write that finds no room (never a
@@ -296,7 +295,7 @@ async def test_a_full_disk_with_the_database_on_it_answers_507_and_serves_reads(
         assert_seqs_contiguous(history)
         payload = await http.get(f"/tasks/{uuid}/request")
         assert payload.status_code == 200, payload.text
-        assert_valid_openai_request(payload.json())
+        validate_openai_request(payload.json())
         ready = await http.get("/readyz")
         assert ready.status_code == 503, ready.text
         assert ready.json()["checks"]["context_dir"].startswith("error:"), ready.text
@@ -349,7 +348,7 @@ def read_only(directory: Path, how: str) -> Iterator[None]:
 
 @pytest.mark.parametrize("how", ["modes", "mount"])
 async def test_a_read_only_context_dir_serves_reads_and_refuses_writes_with_503(
-    servers: server.ServerPool, tmp_path: Path, how: str
+    servers: ServerPool, tmp_path: Path, how: str
 ) -> None:
     """All of CONTEXT_DIR read-only (its lock files too; the database elsewhere): the task, its
     history and its payload answer 200, /readyz says not ready, appends answer 503
@@ -376,7 +375,7 @@ async def test_a_read_only_context_dir_serves_reads_and_refuses_writes_with_503(
             assert [m["content"] for m in history][1:] == texts
             payload = await http.get(f"/tasks/{uuid}/request")
             assert payload.status_code == 200, payload.text
-            assert_valid_openai_request(payload.json())
+            validate_openai_request(payload.json())
             ready = await http.get("/readyz")
             assert ready.status_code == 503, ready.text
             assert ready.json()["checks"]["context_dir"] == "error: not writable"

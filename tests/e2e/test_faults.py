@@ -22,22 +22,19 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.load import Answer, Failover, Ledger, message_body, settled_jobs
-from tests.e2e.server import (
+from tests.fakes.llm_server import FakeLLM, running_fake_llm
+from tests.support.load import Answer, Failover, Ledger, message_body, settled_jobs
+from tests.support.schemas import validate_openai_request
+from tests.support.server import (
     Server,
     ServerPool,
-    all_messages,
     assert_seqs_contiguous,
-    assert_valid_openai_request,
     jsonl_records,
     task_dirs,
 )
-from tests.fakes.llm_server import FakeLLM, running_fake_llm
+from tests.support.tasks import SYSTEM_PROMPT, all_messages, task_body
 
 pytestmark = pytest.mark.e2e
-servers = server.servers  # the fixture: real uvicorn processes, ended at teardown
 
 TASKS = 8
 AGENTS_PER_TASK = 2  # the first of them also stops and resumes the task
@@ -49,7 +46,6 @@ SETTLE_S = 30.0  # every job reaches a terminal status within this, servers up
 REQUEST_DEADLINE_S = 45.0  # a request unanswered by every server for this long fails
 RECOVERY_S = 30.0
 PICKUP_S = 5.0  # a job whose lease ran out is running again within this, its summary quick
-SYSTEM_PROMPT = "You are a coding agent."
 FILLER = "the build fails in the parser module after the last refactor; " * 2
 MARKERS = frozenset({"condense", "truncation", "elision"})
 
@@ -156,7 +152,7 @@ class Load:
             self.while_paused += 1
             return
         assert response.status_code == 200, response.text
-        assert_valid_openai_request(response.json())
+        validate_openai_request(response.json())
         assert int(response.headers["X-Context-Tokens"]) <= int(
             response.headers["X-Context-Budget"]
         )
@@ -316,7 +312,7 @@ async def _settle_and_check(
     # Last: serving the payload may compact the context once more (a marker after the history).
     response = await http.get(f"/tasks/{task.uuid}/request")
     assert response.status_code == 200, response.text
-    assert_valid_openai_request(response.json())
+    validate_openai_request(response.json())
     return jobs
 
 

@@ -10,21 +10,21 @@ the restart.
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from app.formats.costs import TokenCounting
-from tests.conftest import CORPUS, task_body
-from tests.e2e import server
-from tests.e2e.server import ServerPool, free_port
+from tests.fakes import webhook_receiver
 from tests.fakes.llm_server import running_fake_llm
-from tests.fakes.webhook_receiver import Receiver, running_receiver
+from tests.fakes.webhook_receiver import Receiver
+from tests.support.corpus import corpus_messages
+from tests.support.server import ServerPool, free_port
+from tests.support.tasks import task_body
+from tests.support.waits import final_summary
 
 pytestmark = pytest.mark.e2e
-servers = server.servers
 
 TRAJECTORY = "openhands__multiswe_ponyc-4595.jsonl"
 MAX_SUMMARY_TOKENS = 800
@@ -35,27 +35,7 @@ PLANS = (
 WAIT_S = 30.0
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with running_receiver() as running:
-        yield running
-
-
-def corpus(name: str) -> list[dict[str, Any]]:
-    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-async def final_summary(http: httpx.AsyncClient, uuid: str) -> dict[str, Any]:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        response = await http.get(f"/tasks/{uuid}/final-summary")
-        if response.status_code == 200:
-            found: dict[str, Any] = response.json()
-            return found
-        assert response.status_code == 202, response.text
-        assert time.monotonic() < deadline, response.text
-        await asyncio.sleep(0.1)
+receiver = webhook_receiver.receiver  # the fixture: a real HTTP server on 127.0.0.1
 
 
 async def timed_post(http: httpx.AsyncClient, path: str, **kwargs: Any) -> dict[str, Any]:
@@ -82,7 +62,7 @@ async def test_a_failed_run_is_inherited_by_the_next(
             "JOB_BACKOFF_S": "0.1",
         }
     )
-    messages = corpus(TRAJECTORY)
+    messages = corpus_messages(TRAJECTORY)
     system, rest = messages[0], messages[1:]
     assert system["role"] == "system"
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:

@@ -9,12 +9,10 @@ import httpx
 import pytest
 
 from app.formats import FORMATS
-from tests.conftest import task_body
-from tests.e2e import server
-from tests.e2e.server import Server, ServerPool
+from tests.support.server import Server, ServerPool
+from tests.support.tasks import task_body
 
 pytestmark = pytest.mark.e2e
-servers = server.servers  # the fixture: real uvicorn processes, ended at teardown
 
 MiB = 1024 * 1024
 TOOL_OUTPUTS = 100  # each about 1 MiB: a ~100 MiB context

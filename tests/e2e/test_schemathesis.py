@@ -38,9 +38,10 @@ from schemathesis.generation.meta import TestPhase
 from schemathesis.hooks import HookContext
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from tests.conftest import REPO, task_body
-from tests.e2e.server import Server, ServerPool
-from tests.postgres import PostgresDatabases
+from tests.support.paths import REPO
+from tests.support.postgres import PostgresDatabases
+from tests.support.server import Server, ServerPool
+from tests.support.tasks import task_body
 
 pytestmark = pytest.mark.e2e
 ApiCase = Case[Any]

@@ -12,10 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e import server
-from tests.e2e.server import ServerPool, assert_seqs_contiguous
 from tests.fakes.llm_server import running_fake_llm
-from tests.threads.test_end import (
+from tests.support.server import ServerPool, assert_seqs_contiguous
+from tests.support.threads import (
     CHRONICLE,
     FORMATS,
     LABEL,
@@ -29,7 +28,6 @@ from tests.threads.test_end import (
 )
 
 pytestmark = pytest.mark.e2e
-servers = server.servers
 
 LEASE_S = 3.0  # long enough that a busy machine still renews it in time
 WAIT_S = 30.0

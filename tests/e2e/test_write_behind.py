@@ -9,17 +9,13 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import task_body
-from tests.database import run_sql
-from tests.e2e import server
-from tests.e2e.server import ServerPool
-
-servers = server.servers
+from tests.support.database import run_sql
+from tests.support.server import ServerPool
+from tests.support.tasks import new_task
 
 NEVER_MS = (
     "10000"  # no batch written during the test: every head stays pending (the test takes less)
 )
-SYSTEM = "You are a coding agent."
 
 
 def committed(context_dir: Path, uuid: str) -> tuple[int, int]:
@@ -40,13 +36,6 @@ def turn(i: int) -> list[dict[str, Any]]:
         {"role": "assistant", "content": None, "tool_calls": [call], "usage": usage},
         {"role": "tool", "tool_call_id": f"call_{i}", "content": f"file_{i}.py"},
     ]
-
-
-async def new_task(http: httpx.AsyncClient) -> str:
-    created = await http.post("/tasks", json=task_body(system_prompt=SYSTEM))
-    assert created.status_code == 201, created.text
-    uuid: str = created.json()["uuid"]
-    return uuid
 
 
 async def test_appends_killed_with_their_heads_pending_are_all_there_after_restart(

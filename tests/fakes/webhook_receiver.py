@@ -1,4 +1,6 @@
-"""A real HTTP webhook receiver on 127.0.0.1: records every POST, answers ``status``."""
+"""A real HTTP webhook receiver on 127.0.0.1: records every POST, answers ``status``.
+
+Tests use the fixture with ``receiver = webhook_receiver.receiver``."""
 
 import contextlib
 import json
@@ -7,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -51,3 +54,10 @@ def running_receiver() -> Iterator[Receiver]:
     with serve_in_thread(app, "webhook-receiver") as base_url:
         receiver.base_url = base_url
         yield receiver
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A receiver of the test's own, stopped when the test ends."""
+    with running_receiver() as running:
+        yield running

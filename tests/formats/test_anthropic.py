@@ -7,9 +7,8 @@ import orjson
 from app.formats import FORMATS
 from app.formats.anthropic import NO_RESULT, PER_BLOCK, unanswered_result_tokens
 from app.formats.parts import RAW_ARGUMENTS_KEY
-from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.counters import HeuristicCounter
-from tests.formats.support import (
+from tests.support.formats import (
     METADATA,
     PNG,
     adjustment,
@@ -18,19 +17,12 @@ from tests.formats.support import (
     render,
     render_json,
     result,
+    stored_sum,
     user,
 )
 
 ANTHROPIC = FORMATS["anthropic"]
 COUNTER = HeuristicCounter()
-
-
-def stored_sum(messages: list[dict[str, Any]]) -> int:
-    return (
-        PER_PAYLOAD
-        + ANTHROPIC.tools_tokens(COUNTER, METADATA["tools"])
-        + sum(ANTHROPIC.message_tokens(COUNTER, m) for m in messages)
-    )
 
 
 def test_envelope_maps_defaults_and_drops_unknown_keys() -> None:
@@ -119,7 +111,7 @@ def test_leading_system_goes_to_system_and_later_ones_stay_in_place() -> None:
         COUNTER.count_text("System: " + t) - COUNTER.count_text(t)
         for t in ("You are a coding agent.", "Be brief.")
     )
-    assert stored_sum(messages) - ANTHROPIC.payload_tokens(COUNTER, payload) == saved
+    assert stored_sum("anthropic", messages) - ANTHROPIC.payload_tokens(COUNTER, payload) == saved
 
 
 def test_only_system_context_still_has_a_message() -> None:
@@ -133,7 +125,7 @@ def test_only_system_context_still_has_a_message() -> None:
     single = render_json("anthropic", messages[1:])
     assert "system" not in single
     assert single["messages"] == payload["messages"]
-    assert stored_sum(messages[1:]) == ANTHROPIC.payload_tokens(COUNTER, single)
+    assert stored_sum("anthropic", messages[1:]) == ANTHROPIC.payload_tokens(COUNTER, single)
 
 
 def test_empty_contents_render_no_blank_block() -> None:
@@ -166,7 +158,7 @@ def test_empty_contents_render_no_blank_block() -> None:
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_00000001"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
     ]
-    assert stored_sum(messages) == ANTHROPIC.payload_tokens(COUNTER, payload)
+    assert stored_sum("anthropic", messages) == ANTHROPIC.payload_tokens(COUNTER, payload)
 
 
 def test_images_and_other_parts() -> None:
@@ -187,7 +179,7 @@ def test_images_and_other_parts() -> None:
         {"type": "text", "text": "[audio omitted]"},
         {"type": "text", "text": "[file omitted: spec.pdf]"},
     ]
-    assert stored_sum([user(parts)]) == ANTHROPIC.payload_tokens(COUNTER, payload)
+    assert stored_sum("anthropic", [user(parts)]) == ANTHROPIC.payload_tokens(COUNTER, payload)
 
 
 # Nested far deeper than JSON encoders take (orjson refuses 255 levels): kept as text.
@@ -215,7 +207,7 @@ def test_arguments_always_become_an_object() -> None:
         {"command": "ls -la"},
         {RAW_ARGUMENTS_KEY: DEEP_ARGUMENTS},  # too deep for a payload to carry as an object
     ]
-    assert stored_sum(messages) == ANTHROPIC.payload_tokens(COUNTER, payload)
+    assert stored_sum("anthropic", messages) == ANTHROPIC.payload_tokens(COUNTER, payload)
 
 
 def test_reused_ids_become_unique_and_results_follow_them() -> None:
@@ -239,7 +231,7 @@ def test_reused_ids_become_unique_and_results_follow_them() -> None:
         {"type": "tool_result", "tool_use_id": "toolu_00000003", "content": "third"},
         {"type": "text", "text": "<|endoftext|> is just text"},
     ]
-    assert stored_sum(messages) == ANTHROPIC.payload_tokens(COUNTER, payload)
+    assert stored_sum("anthropic", messages) == ANTHROPIC.payload_tokens(COUNTER, payload)
 
 
 def test_trailing_unanswered_calls_are_dropped() -> None:
@@ -253,7 +245,9 @@ def test_trailing_unanswered_calls_are_dropped() -> None:
     dropped = PER_BLOCK + sum(
         COUNTER.count_text(t) for t in ("toolu_00000000", "bash", '{"command":"ls"}')
     )
-    assert stored_sum(with_text) - ANTHROPIC.payload_tokens(COUNTER, payload) == dropped
+    assert (
+        stored_sum("anthropic", with_text) - ANTHROPIC.payload_tokens(COUNTER, payload) == dropped
+    )
 
     calls_only = [user("go"), assistant(call("x"), content=None)]
     assert render_json("anthropic", calls_only)["messages"] == [
@@ -279,7 +273,7 @@ def test_calls_answered_part_way_get_error_results() -> None:
             "is_error": True,
         },
     ]
-    extra = ANTHROPIC.payload_tokens(COUNTER, payload) - stored_sum(messages)
+    extra = ANTHROPIC.payload_tokens(COUNTER, payload) - stored_sum("anthropic", messages)
     assert extra == 2 * unanswered_result_tokens(COUNTER)
     assert adjustment("anthropic", COUNTER, messages) == -extra
 
@@ -297,7 +291,7 @@ def test_results_and_user_text_share_one_turn_and_names_are_dropped() -> None:
     assert [b["type"] for b in payload["messages"][1]["content"]] == ["text", "tool_use"]
     assert [b["type"] for b in payload["messages"][2]["content"]] == ["tool_result", "text"]
     assert b"alice" not in orjson.dumps(payload)
-    assert stored_sum(messages) == ANTHROPIC.payload_tokens(COUNTER, payload)
+    assert stored_sum("anthropic", messages) == ANTHROPIC.payload_tokens(COUNTER, payload)
 
 
 def test_no_lines_at_all_is_still_json() -> None:
@@ -323,5 +317,5 @@ def test_calls_that_are_all_the_context_has_are_kept_and_answered() -> None:
             "is_error": True,
         }
     ]
-    extra = ANTHROPIC.payload_tokens(COUNTER, payload) - stored_sum(messages)
+    extra = ANTHROPIC.payload_tokens(COUNTER, payload) - stored_sum("anthropic", messages)
     assert extra <= unanswered_result_tokens(COUNTER)

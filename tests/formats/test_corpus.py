@@ -6,9 +6,7 @@ same), validated for its provider (schema, SDK types, pairing in the provider's 
 ``message_tokens``. The two differ by exactly the adjustments each format documents.
 """
 
-import json
 from functools import cache
-from typing import Any
 
 import orjson
 import pytest
@@ -17,17 +15,11 @@ from app.formats import FORMATS
 from app.formats.anthropic import STANDALONE_ID, TOOL_ID
 from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.counters import HeuristicCounter, counter_for
-from tests.conftest import CORPUS
-from tests.formats.support import METADATA, adjustment, render, unanswered_calls, validate_payload
+from tests.support.corpus import CORPUS_FILES, corpus_messages
+from tests.support.formats import METADATA, adjustment, render, unanswered_calls, validate_payload
 
-CORPUS_FILES = sorted(path.name for path in CORPUS.glob("*.jsonl"))
 COUNTER = HeuristicCounter()
-
-
-@cache
-def load(name: str) -> list[dict[str, Any]]:
-    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+load = cache(corpus_messages)  # each file is read by several tests
 
 
 def test_corpus_has_the_shapes_the_formats_must_handle() -> None:

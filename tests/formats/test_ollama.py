@@ -1,12 +1,10 @@
 """The Ollama format: string contents, images, object arguments, tool names, options."""
 
-from typing import Any
-
 from app.formats import FORMATS
 from app.formats.parts import RAW_ARGUMENTS_KEY
-from app.tokens.accounting import PER_PAYLOAD, inline_image_tokens
+from app.tokens.accounting import inline_image_tokens
 from app.tokens.counters import HeuristicCounter
-from tests.formats.support import (
+from tests.support.formats import (
     METADATA,
     PNG,
     adjustment,
@@ -14,19 +12,12 @@ from tests.formats.support import (
     call,
     render_json,
     result,
+    stored_sum,
     user,
 )
 
 OLLAMA = FORMATS["ollama"]
 COUNTER = HeuristicCounter()
-
-
-def stored_sum(messages: list[dict[str, Any]]) -> int:
-    return (
-        PER_PAYLOAD
-        + OLLAMA.tools_tokens(COUNTER, METADATA["tools"])
-        + sum(OLLAMA.message_tokens(COUNTER, m) for m in messages)
-    )
 
 
 def test_envelope_moves_sampling_into_options() -> None:
@@ -89,7 +80,7 @@ def test_parts_become_a_string_and_inline_images_move_to_images() -> None:
         },
     ]
     served = OLLAMA.payload_tokens(COUNTER, payload)
-    assert stored_sum(messages) == served
+    assert stored_sum("ollama", messages) == served
     assert inline_image_tokens(PNG) > 0
 
 
@@ -118,7 +109,7 @@ def test_tool_calls_and_results_pair_by_id_and_name() -> None:
     ]
     assert payload["messages"][4]["tool_calls"][0]["function"]["arguments"] == {}
     # Only the final, unanswered call's prepaid tool_name is not served.
-    difference = stored_sum(messages) - OLLAMA.payload_tokens(COUNTER, payload)
+    difference = stored_sum("ollama", messages) - OLLAMA.payload_tokens(COUNTER, payload)
     assert difference == COUNTER.count_text("submit")
 
 
@@ -127,6 +118,6 @@ def test_context_cut_mid_results() -> None:
     messages = [user("go"), assistant(call("a", "read"), call("b", "write")), result("a")]
     payload = render_json("ollama", messages)
     assert [m["role"] for m in payload["messages"]] == ["user", "assistant", "tool"]
-    difference = stored_sum(messages) - OLLAMA.payload_tokens(COUNTER, payload)
+    difference = stored_sum("ollama", messages) - OLLAMA.payload_tokens(COUNTER, payload)
     assert difference == COUNTER.count_text("write")
     assert adjustment("ollama", COUNTER, messages) == difference

@@ -8,7 +8,7 @@ import pytest
 from app.formats import FORMATS, counting_format, native_format, provider_format
 from app.tokens import accounting
 from app.tokens.counters import HeuristicCounter
-from tests.formats.support import (
+from tests.support.formats import (
     METADATA,
     assistant,
     call,

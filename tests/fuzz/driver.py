@@ -21,8 +21,6 @@ from typing import Any
 import httpx
 
 from app.config import Settings
-from tests.api.helpers import task_dir
-from tests.conftest import running_app
 from tests.fuzz.invariants import (
     Broken,
     Ledger,
@@ -38,6 +36,8 @@ from tests.fuzz.invariants import (
     require,
 )
 from tests.fuzz.model import Conversation
+from tests.support.app import running_app
+from tests.support.files import task_dir
 
 DATABASE = "tasks.db"  # SQLite's file in the context directory
 KiB = 1024

@@ -29,8 +29,8 @@ from app.context.records import RESERVED_FIELDS, HeadState, openai_message
 from app.formats import FORMATS
 from app.formats.costs import TokenCounting
 from app.storage.layout import CURRENT, MESSAGES, SUMMARIES
-from tests.compaction.test_effective import reference_context
-from tests.formats.support import validate_payload
+from tests.support.formats import validate_payload
+from tests.support.reference import reference_context
 
 
 class Broken(AssertionError):

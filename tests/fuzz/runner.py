@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import running_app
 from tests.fuzz.driver import DATABASE, FuzzFailure, fuzz_settings, play
 from tests.fuzz.model import Options, conversation
+from tests.support.app import running_app
 
 
 @dataclass

@@ -3,27 +3,13 @@ worker, at any time, not only at a start; the old run, should it still be alive,
 renew nor record anything; a job whose last attempt died fails instead of staying running."""
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from app.config import Settings
 from app.db.engine import open_database
 from app.jobs.queue import JobQueue
-from tests.api.helpers import create_task
-from tests.conftest import running_app
 
 LEASE_S = 0.2
-
-
-@pytest.fixture
-async def task_and_db(context_dir: Path) -> AsyncIterator[tuple[str, str]]:
-    """A task (the app's own runner polls once an hour, so it leaves our jobs alone) and the
-    database URL, for queues of the test's own."""
-    settings = Settings(context_dir=context_dir, job={"poll_s": 3600})
-    async with running_app(settings) as client:
-        yield (await create_task(client))["uuid"], settings.effective_database_url
 
 
 async def test_an_expired_lease_is_claimed_again_and_the_old_run_is_fenced(

@@ -11,7 +11,6 @@ from app.db.engine import open_database
 from app.db.models import Job
 from app.jobs.queue import JobQueue
 from app.jobs.runner import Handler, JobRunner
-from tests.jobs.test_leases import task_and_db as task_and_db
 
 LEASE_S = 0.5  # renewed every third of it while a job runs
 

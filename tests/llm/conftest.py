@@ -1,7 +1,7 @@
 """Fixtures for the LLM backend tests: the fake server, a shared client, a backend factory."""
 
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -10,12 +10,7 @@ from pydantic import SecretStr
 
 from app.llm import BackendConfig, HTTPBackend, make_backend
 from tests.fakes.llm_server import FakeLLM, fake_llm  # noqa: F401
-
-KINDS = ("openai", "ollama", "anthropic")
-API_KEY = "sk-test-5ecret-a1b2c3d4e5f6"
-
-MakeBackend = Callable[..., HTTPBackend]
-
+from tests.support.backends import API_KEY, MakeBackend
 
 # Building a client's default TLS context costs ~30 ms: one context serves every test's client.
 _TLS = ssl.create_default_context()

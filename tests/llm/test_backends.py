@@ -19,7 +19,7 @@ from app.llm import (
     LLMUnavailable,
 )
 from tests.fakes.llm_server import ANTHROPIC_PATH, OLLAMA_PATH, OPENAI_PATH, FakeLLM
-from tests.llm.conftest import API_KEY, KINDS, MakeBackend
+from tests.support.backends import API_KEY, KINDS, MakeBackend
 
 PATHS = {"openai": OPENAI_PATH, "ollama": OLLAMA_PATH, "anthropic": ANTHROPIC_PATH}
 MESSAGES: list[dict[str, Any]] = [

@@ -17,7 +17,7 @@ from app.llm import (
     build_backends,
 )
 from tests.fakes.llm_server import FakeLLM
-from tests.llm.conftest import API_KEY
+from tests.support.backends import API_KEY
 
 
 def backend(backends: dict[str, ChatBackend], name: str) -> HTTPBackend:

@@ -12,7 +12,7 @@ from app.llm import BackendConfig, LLMBadResponse, LLMTimeout, OpenAIBackend, ch
 from app.llm.anthropic import ANTHROPIC_VERSION
 from app.llm.http import endpoint
 from tests.fakes.llm_server import FakeLLM
-from tests.llm.conftest import API_KEY, MakeBackend
+from tests.support.backends import API_KEY, MakeBackend
 
 CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": "You summarise."},

@@ -13,18 +13,19 @@ import pytest
 from app.config import Settings
 from app.lifespan import open_services
 from app.maintenance.service import MaintenanceService
-from tests.api.helpers import assert_error
-from tests.conftest import snapshot_dir
-from tests.maintenance.support import (
+from tests.support.app import running_app
+from tests.support.cleanup import (
     assert_gone,
     assert_present,
     backdate,
     cleanup_settings,
     make_task,
-    running_app,
-    settle,
     task_rows,
 )
+from tests.support.errors import assert_error
+from tests.support.files import snapshot_dir
+from tests.support.timestamps import parse_utc
+from tests.support.waits import settle
 
 
 def assert_report(report: dict[str, Any], **expected: Any) -> None:
@@ -34,10 +35,6 @@ def assert_report(report: dict[str, Any], **expected: Any) -> None:
         assert report["matched"] == report["removed"] + report["skipped"] + report["failed"]
     listed = report["matched"] if report["dry_run"] else report["removed"]
     assert listed == len(report["uuids"]) + report["uuids_omitted"]
-
-
-def parse_utc(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 async def test_cleanup_removes_exactly_the_old_finished_tasks(

@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 
 from app.maintenance.periodic import Periodic
-from tests.maintenance.support import (
-    assert_gone,
-    assert_present,
-    backdate,
-    cleanup_settings,
-    make_task,
-    running_app,
-    settle,
-)
+from tests.support.app import running_app
+from tests.support.cleanup import assert_gone, assert_present, backdate, cleanup_settings, make_task
+from tests.support.waits import settle
 
 INTERVAL_S = 0.1
 

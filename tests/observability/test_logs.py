@@ -4,23 +4,21 @@ import io
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from pydantic import SecretStr
 
 from app.config import Settings
-from app.main import create_app
 from app.observability.logs import ServiceHandler, configure_logging, task_context
-from tests.conftest import serving
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.lifecycle.support import settled_jobs
-from tests.observability.support import new_task, turns
+from tests.support.app import logged_service
+from tests.support.conversations import file_turns
+from tests.support.tasks import new_task
+from tests.support.waits import settled_jobs
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 
@@ -32,19 +30,6 @@ def restore_logging() -> Iterator[None]:
     """These tests point the service's handler at a buffer; put back the default after."""
     yield
     configure_logging(Settings())
-
-
-@asynccontextmanager
-async def logged_service(
-    settings: Settings,
-) -> AsyncIterator[tuple[httpx.AsyncClient, io.StringIO]]:
-    """The real app, its root handler writing into the StringIO yielded with the client."""
-    application = create_app(settings)
-    handler = next(h for h in logging.getLogger().handlers if isinstance(h, ServiceHandler))
-    output = io.StringIO()
-    handler.setStream(output)
-    async with serving(application) as client:
-        yield client, output
 
 
 def _without_aiosqlite(counts: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
@@ -69,14 +54,16 @@ async def test_json_lines_carry_the_task_uuid_in_requests_and_jobs(context_dir: 
         # A small window: the appends cross the threshold and a condense job runs.
         uuid = await new_task(client, context_length=4000, max_output_tokens=200)
         other = await new_task(client)
-        for message in turns(12, size=1200):
+        for message in file_turns(12, size=1200):
             response = await client.post(f"/tasks/{uuid}/messages", json=message)
             assert response.status_code == 201, response.text
         jobs = await settled_jobs(client, uuid)
         assert {j["kind"] for j in jobs} == {"condense"}
         truncated = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "truncate"})
         assert truncated.json()["kind"] == "truncation"
-        assert (await client.post(f"/tasks/{other}/messages", json=turns(1)[0])).status_code == 201
+        assert (
+            await client.post(f"/tasks/{other}/messages", json=file_turns(1)[0])
+        ).status_code == 201
     records = json_lines(output)
 
     for record in records:
@@ -171,7 +158,7 @@ async def test_no_api_key_or_authorization_header_is_logged(
     async with logged_service(settings) as (client, output):
         uuid = await new_task(client)
         path = f"/tasks/{uuid}"
-        batch = {"messages": turns(16)}
+        batch = {"messages": file_turns(16)}
         assert (
             await client.post(f"{path}/messages", json=batch, headers=headers)
         ).status_code == 201

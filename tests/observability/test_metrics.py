@@ -11,8 +11,11 @@ from app.jobs.queue import JobQueue
 from app.observability.metrics import CONTENT_TYPE
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
-from tests.observability.support import new_task, running_app, scrape, series, turns, value
-from tests.support_settings import layered
+from tests.support.app import running_app
+from tests.support.conversations import file_turns
+from tests.support.metrics import scrape, series, value
+from tests.support.settings import layered
+from tests.support.tasks import new_task
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 
@@ -36,10 +39,10 @@ async def test_requests_messages_and_tasks(context_dir: Path) -> None:
         uuid = await new_task(client)
         other = await new_task(client)
         path = f"/tasks/{uuid}/messages"
-        assert (await client.post(path, json={"messages": turns(3)})).status_code == 201
+        assert (await client.post(path, json={"messages": file_turns(3)})).status_code == 201
         keyed = {"Idempotency-Key": "k-1"}
-        assert (await client.post(path, json=turns(1)[0], headers=keyed)).status_code == 201
-        replay = await client.post(path, json=turns(1)[0], headers=keyed)
+        assert (await client.post(path, json=file_turns(1)[0], headers=keyed)).status_code == 201
+        replay = await client.post(path, json=file_turns(1)[0], headers=keyed)
         assert replay.headers["Idempotent-Replayed"] == "true"  # appends nothing
         too_big = await client.post(path, content=b"x" * 5000)
         assert too_big.status_code == 413  # refused by the body limit, before routing
@@ -117,7 +120,7 @@ async def test_compactions_and_llm_calls(context_dir: Path, fake_llm: FakeLLM) -
     async with running_app(settings) as client:
         uuid = await new_task(client)
         small = await new_task(client)
-        response = await client.post(f"/tasks/{uuid}/messages", json={"messages": turns(16)})
+        response = await client.post(f"/tasks/{uuid}/messages", json={"messages": file_turns(16)})
         assert response.status_code == 201, response.text
         compress = f"/tasks/{uuid}/compress"
 

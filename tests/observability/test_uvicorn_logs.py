@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO, task_body
-from tests.e2e.server import free_port
+from tests.support.paths import REPO
+from tests.support.server import free_port
+from tests.support.tasks import task_body
 
 READY_TIMEOUT_S = 45.0
 

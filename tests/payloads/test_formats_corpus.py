@@ -5,10 +5,9 @@ default extractive summariser; after every batch the payload is fetched in all f
 Each must be valid for its provider (JSON Schema and SDK types), keep tool pairing in the
 provider's own terms, and its tokens, counted exactly from the payload served, must be within
 the budget and match what the service said in X-Context-Tokens, less the documented
-adjustments (tests/formats/support.py).
+adjustments (tests/support/formats.py).
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,15 @@ import pytest
 from app.config import Settings
 from app.formats import FORMATS
 from app.tokens.counters import TextCounter, counter_for
-from tests.api.helpers import windowed_task
-from tests.conftest import CORPUS
-from tests.formats.support import (
+from tests.support.corpus import CORPUS_FILES, corpus_messages
+from tests.support.formats import (
     adjustment,
     calls_left_open,
     unanswered_calls,
     validate_payload,
 )
+from tests.support.tasks import windowed_task
 
-CORPUS_FILES = sorted(path.name for path in CORPUS.glob("*.jsonl"))
 WINDOWS = {8000: 1000, 32000: 4000}  # context_length -> max_output_tokens
 BATCH = 25
 
@@ -42,11 +40,6 @@ def counter() -> TextCounter:
     counter = counter_for("gpt-4o", "auto")
     assert counter.name == "o200k_base"
     return counter
-
-
-def load(name: str) -> list[dict[str, Any]]:
-    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 async def check_formats(
@@ -78,7 +71,7 @@ async def check_formats(
 async def test_every_format_valid_and_within_budget(
     client: httpx.AsyncClient, counter: TextCounter, name: str, window: int
 ) -> None:
-    messages = load(name)
+    messages = corpus_messages(name)
     uuid, budget = await windowed_task(client, window, WINDOWS[window])
     for start in range(0, len(messages), BATCH):
         batch = messages[start : start + BATCH]

@@ -14,7 +14,8 @@ from sqlalchemy import update
 from app.config import Settings
 from app.db.engine import open_database
 from app.db.models import Task
-from tests.api.helpers import assert_error, create_task, key
+from tests.support.errors import assert_error
+from tests.support.tasks import create_task, key
 
 STATUSES = ("running", "paused", "completed", "failed")
 

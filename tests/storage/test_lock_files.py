@@ -17,10 +17,12 @@ import pytest
 from app.config import Settings
 from app.storage.layout import Layout
 from app.storage.locks import FileLocks, TaskLocks
-from tests.api.helpers import assert_error, paths_naming
-from tests.conftest import running_app, task_body
-from tests.database import uses_postgres
-from tests.storage.support import post_json
+from tests.support.app import running_app
+from tests.support.database import uses_postgres
+from tests.support.errors import assert_error
+from tests.support.files import paths_naming
+from tests.support.records import post_json
+from tests.support.tasks import task_body
 
 TASK = str(uuid_module.uuid4())
 WAITER_SETTLES_S = 0.05  # long enough for a waiter to have opened the file and be polling

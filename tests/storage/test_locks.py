@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.storage.layout import Layout
 from app.storage.locks import AdvisoryLocks, FileLocks, TaskLocks, advisory_key
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 TASK = str(uuid_module.uuid4())
 

@@ -21,10 +21,12 @@ from app.config import Settings
 from app.lifespan import open_services
 from app.maintenance.service import MaintenanceService
 from app.storage.layout import ORPHANS
-from tests.api.helpers import assert_error, locations, paths_naming
-from tests.conftest import running_app, snapshot_dir, task_body
-from tests.database import run_sql
-from tests.storage.support import get_json, post_json
+from tests.support.app import running_app
+from tests.support.database import run_sql
+from tests.support.errors import assert_error
+from tests.support.files import locations, paths_naming, snapshot_dir
+from tests.support.records import get_json, post_json
+from tests.support.tasks import task_body
 
 
 async def _task_with_history(client: httpx.AsyncClient, action: str | None = None) -> str:

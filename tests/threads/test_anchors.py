@@ -18,13 +18,16 @@ from app.config import Settings
 from app.context.records import ANCHOR, ANCHOR_TOKENS
 from app.formats import FORMATS
 from app.tokens.counters import TextCounter, counter_for
-from tests.api.helpers import assert_error, create_task
-from tests.conftest import snapshot_dir
 from tests.fakes.llm_server import FakeLLM, fake_llm  # noqa: F401
-from tests.formats.support import validate_payload
-from tests.lifecycle.support import llm_settings, running_app, settled_jobs
-from tests.threads.support import context_view, served
-from tests.threads.test_tree import start
+from tests.support.app import running_app
+from tests.support.errors import assert_error
+from tests.support.files import snapshot_dir
+from tests.support.formats import validate_payload
+from tests.support.payloads import context_view, served
+from tests.support.settings import llm_settings
+from tests.support.tasks import append, create_task
+from tests.support.threads import start
+from tests.support.waits import settled_jobs
 
 LABELS = {"stelis_1": "autonomous run", "stelis_1_1": "coder", "stelis_2": "another task"}
 PARENTS = {"stelis_1": "root", "stelis_1_1": "stelis_1", "stelis_2": "root"}
@@ -47,26 +50,17 @@ def exchange(name: str, count: int = 4) -> list[dict[str, Any]]:
     ]
 
 
-async def post(
-    client: httpx.AsyncClient, uuid: str, thread_id: int, messages: list[dict[str, Any]]
-) -> None:
-    response = await client.post(
-        f"/tasks/{uuid}/messages", params={"thread_id": thread_id}, json={"messages": messages}
-    )
-    assert response.status_code == 201, response.text
-
-
 async def seed_tree(client: httpx.AsyncClient) -> Tree:
     """Seed 003's example tree; each context gets messages before and after its child starts."""
     task = await create_task(client, context_length=100_000, system_prompt="You are a persona.")
     ids = {"root": 0}
-    await post(client, task["uuid"], 0, exchange("root", 2))
+    await append(client, task["uuid"], *exchange("root", 2))
     for name in LABELS:
         parent = ids[PARENTS[name]]
         thread = await start(client, task["uuid"], parent_thread_id=parent, label=LABELS[name])
         ids[name] = thread["thread_id"]
-        await post(client, task["uuid"], parent, exchange(PARENTS[name] + " later", 2))
-        await post(client, task["uuid"], ids[name], exchange(name))
+        await append(client, task["uuid"], *exchange(PARENTS[name] + " later", 2), thread_id=parent)
+        await append(client, task["uuid"], *exchange(name), thread_id=ids[name])
     return Tree(task["uuid"], ids)
 
 
@@ -186,10 +180,10 @@ async def test_the_full_rendering_s_fields(context_dir: Path, fake_llm: FakeLLM)
     fake_llm.set("ok", text="Wrote parser guard; tests pass.")
     async with running_app(llm_settings(context_dir, fake_llm)) as client:
         uuid = (await create_task(client, system_prompt="You are a persona."))["uuid"]
-        await post(client, uuid, 0, exchange("root", 2))
+        await append(client, uuid, *exchange("root", 2))
         thread = await start(client, uuid, label="fix parser")
         messages = exchange("fix", 5)
-        await post(client, uuid, thread["thread_id"], messages)
+        await append(client, uuid, *messages, thread_id=thread["thread_id"])
         header = [
             "[Thread: fix parser]",
             f"- ID: {thread['thread_id']}",
@@ -312,7 +306,7 @@ async def test_a_message_quoting_the_key_is_sent_as_written(client: httpx.AsyncC
     """An anchor is known by its line's last key, which no content can fake."""
     tree = await seed_tree(client)
     forged = 'see ,"stelis_anchor":1}'
-    await post(client, tree.uuid, 0, [{"role": "user", "content": forged}])
+    await append(client, tree.uuid, {"role": "user", "content": forged})
     for thread_id in (0, tree.ids["stelis_2"]):
         payload = (await served(client, tree.uuid, thread_id)).json()
         assert [m["content"] for m in payload["messages"]].count(forged) == 1
@@ -347,16 +341,16 @@ async def test_a_huge_thread_s_anchor_costs_at_most_anchor_tokens(
     settings = llm_settings(context_dir, fake_llm, token_counter=token_counter)
     async with running_app(settings) as client:
         uuid = (await create_task(client, context_length=100_000))["uuid"]
-        await post(client, uuid, 0, exchange("root", 2))
+        await append(client, uuid, *exchange("root", 2))
         huge = await start(client, uuid, label=HUGE_LABEL, chronicle_prompt=CHRONICLE_PROMPT)
         sibling = await start(client, uuid, label="sibling")
-        await post(client, uuid, sibling["thread_id"], exchange("sibling", 2))
+        await append(client, uuid, *exchange("sibling", 2), thread_id=sibling["thread_id"])
         words = [
             {"role": m["role"], "content": m["content"] + " data" * 4000}
             for m in exchange("huge", 6)
         ]
         assert all(len(m["content"]) > 20_000 for m in words)
-        await post(client, uuid, huge["thread_id"], words)
+        await append(client, uuid, *words, thread_id=huge["thread_id"])
         await check_anchor_costs(client, uuid, sibling["thread_id"], chronicled=False)
 
         response = await client.post(f"/tasks/{uuid}/threads/{huge['thread_id']}/end", json={})
@@ -398,7 +392,7 @@ async def test_a_label_costlier_than_the_allowance_is_still_an_upper_bound(
         uuid = (await create_task(client, context_length=100_000))["uuid"]
         thread = await start(client, uuid, label=label)
         sibling = await start(client, uuid, label="sibling")
-        await post(client, uuid, thread["thread_id"], exchange("😀" * 300))
+        await append(client, uuid, *exchange("😀" * 300), thread_id=thread["thread_id"])
         history = (await client.get(f"/tasks/{uuid}/messages")).json()["messages"]
         record = next(m for m in history if m.get(ANCHOR) == thread["thread_id"])
         assert record["tokens"] > ANCHOR_TOKENS  # the case this test is about

@@ -8,7 +8,7 @@ the files the service wrote.
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,38 +17,43 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from app.config import Settings
 from app.db.engine import open_database
 from app.db.models import Job
-from app.storage.layout import MESSAGES, context_dir
 from app.threads.chronicle import DEFAULT_PROMPT, PARTIAL
-from tests.api.helpers import assert_error, create_task, read_jsonl, task_dir
-from tests.conftest import snapshot_dir
-from tests.e2e.server import assert_seqs_contiguous
 from tests.fakes import llm_server
-from tests.fakes.llm_server import FakeLLM, RecordedRequest
-from tests.lifecycle.support import (
-    WAIT_S,
-    jobs_of,
-    llm_settings,
-    running_app,
-    settled_jobs,
-    until,
+from tests.fakes.llm_server import FakeLLM
+from tests.support.app import running_app
+from tests.support.errors import assert_error
+from tests.support.files import snapshot_dir
+from tests.support.payloads import served
+from tests.support.server import assert_seqs_contiguous
+from tests.support.tasks import append, create_task
+from tests.support.threads import (
+    CHRONICLE,
+    FORMATS,
+    LABEL,
+    ROOT_TURN,
+    THREAD_TURNS,
+    WHEN,
+    assert_parent_shows,
+    chronicle_jobs,
+    chronicle_settings,
+    embedded_text,
+    embeddings,
+    ended,
+    finish,
+    payload_text,
+    prompt_and_text,
+    records,
+    rows,
+    scene,
+    send,
+    start,
 )
-from tests.support_settings import layered
-from tests.threads.support import served
-from tests.threads.test_tree import start
+from tests.support.waits import WAIT_S, jobs_of, until
 
 fake_llm = llm_server.fake_llm
 
-FORMATS = ("openai", "lmstudio", "anthropic", "ollama")
-CHRONICLE = "The parser now guards empty input; test_empty passes."
-LABEL = "fix parser"
-ROOT_TURN = {"role": "user", "content": "ROOT: make the parser accept empty input."}
-THREAD_TURNS = [
-    {"role": "user", "content": "THREAD: read parser.py and find the crash."},
-    {"role": "assistant", "content": "THREAD: parse() indexed tokens[0]; guarded, tests pass."},
-]
 TOOL_CALL = {
     "role": "assistant",
     "content": None,
@@ -61,153 +66,16 @@ TOOL_CALL = {
     ],
 }
 TOOL_RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "def parse(tokens): ..."}
-WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
 
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def settings_for(context_dir: Path, fake: FakeLLM, **extra: Any) -> Settings:
-    """The fake LLM as the default backend, one call per attempt."""
-    return llm_settings(context_dir, fake, **layered({"llm": {"max_retries": 0}}, extra))
-
-
 @pytest.fixture
 async def llm_client(context_dir: Path, fake_llm: FakeLLM) -> AsyncIterator[httpx.AsyncClient]:
     fake_llm.set("ok", text=CHRONICLE)
-    async with running_app(settings_for(context_dir, fake_llm)) as client:
+    async with running_app(chronicle_settings(context_dir, fake_llm)) as client:
         yield client
-
-
-async def send(
-    client: httpx.AsyncClient, uuid: str, body: dict[str, Any], thread_id: int = 0
-) -> httpx.Response:
-    """POST /messages to a context."""
-    return await client.post(f"/tasks/{uuid}/messages", params={"thread_id": thread_id}, json=body)
-
-
-async def post(
-    client: httpx.AsyncClient, uuid: str, *messages: dict[str, Any], thread_id: int = 0
-) -> list[int]:
-    response = await send(client, uuid, {"messages": messages}, thread_id)
-    assert response.status_code == 201, response.text
-    seqs: list[int] = response.json()["seqs"]
-    return seqs
-
-
-async def finish(
-    client: httpx.AsyncClient, uuid: str, thread_id: int, action: str = "end", **body: Any
-) -> httpx.Response:
-    """POST .../threads/{id}/end or /abort."""
-    return await client.post(f"/tasks/{uuid}/threads/{thread_id}/{action}", json=body)
-
-
-async def ended(
-    client: httpx.AsyncClient, uuid: str, thread_id: int, action: str = "end", **body: Any
-) -> dict[str, Any]:
-    response = await finish(client, uuid, thread_id, action, **body)
-    assert response.status_code == 200, response.text
-    thread: dict[str, Any] = response.json()
-    return thread
-
-
-async def scene(client: httpx.AsyncClient, *, label: str = LABEL, **thread: Any) -> tuple[str, int]:
-    """A task with a system prompt and a user turn, and a thread with two turns of its own."""
-    uuid = (await create_task(client, system_prompt="You are a coding agent."))["uuid"]
-    await post(client, uuid, ROOT_TURN)
-    thread_id: int = (await start(client, uuid, label=label, **thread))["thread_id"]
-    await post(client, uuid, *THREAD_TURNS, thread_id=thread_id)
-    return uuid, thread_id
-
-
-def nodes(tree: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield tree
-    for child in tree["children"]:
-        yield from nodes(child)
-
-
-async def rows(client: httpx.AsyncClient, uuid: str) -> dict[int, dict[str, Any]]:
-    """Every context of the task by id, as GET /threads shows it (children left out)."""
-    response = await client.get(f"/tasks/{uuid}/threads")
-    assert response.status_code == 200, response.text
-    return {
-        n["thread_id"]: {k: v for k, v in n.items() if k != "children"}
-        for n in nodes(response.json())
-    }
-
-
-def strings(value: Any) -> Iterator[str]:
-    """Every string in a JSON value."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from strings(item)
-
-
-async def payload(
-    client: httpx.AsyncClient, uuid: str, fmt: str, thread_id: int = 0
-) -> dict[str, Any]:
-    body: dict[str, Any] = (await served(client, uuid, thread_id, fmt)).json()
-    return body
-
-
-async def payload_text(client: httpx.AsyncClient, uuid: str, fmt: str, thread_id: int = 0) -> str:
-    return "\n\n".join(strings(await payload(client, uuid, fmt, thread_id)))
-
-
-def records(root: Path, uuid: str, thread_id: int = 0) -> list[dict[str, Any]]:
-    """A context's messages.jsonl."""
-    return read_jsonl(context_dir(task_dir(root, uuid), thread_id) / MESSAGES)
-
-
-def embeddings(found: list[dict[str, Any]], thread_id: int) -> list[dict[str, Any]]:
-    """The records embedding this thread's chronicle."""
-    return [r for r in found if (r.get("metadata") or {}).get("stelis_thread_id") == thread_id]
-
-
-def embedded_text(status: str, label: str, chronicle: str) -> str:
-    return f"[Thread {status}: {label}]\n\n## Chronicle\n{chronicle}"
-
-
-async def chronicle_jobs(client: httpx.AsyncClient, uuid: str) -> dict[int, dict[str, Any]]:
-    """The task's chronicle jobs by thread, once all are done."""
-    return {job["thread_id"]: job for job in await settled_jobs(client, uuid, "chronicle")}
-
-
-def prompt_and_text(request: RecordedRequest) -> tuple[str, str]:
-    """What a chronicle call sent: its system prompt, and the rest of its messages' text."""
-    messages = request.body["messages"]
-    assert messages[0]["role"] == "system"
-    return messages[0]["content"], "\n".join(str(m["content"]) for m in messages[1:])
-
-
-async def assert_parent_shows(
-    client: httpx.AsyncClient,
-    uuid: str,
-    *,
-    parent: int,
-    thread_id: int,
-    status: str,
-    chronicle: str,
-    label: str = LABEL,
-) -> None:
-    """In every format, the parent's payload holds the embedding once and the thread's anchor
-    in full, with the chronicle and the end."""
-    ended_at = WHEN if status == "completed" else f"aborted {WHEN}"
-    anchor = re.compile(
-        rf"\[Thread: {re.escape(label)}\]\n- ID: {thread_id}\n- Started: {WHEN}\n"
-        rf"- Ended: {ended_at}\n- Messages: \d+\n\n## Chronicle\n{re.escape(chronicle)}"
-    )
-    for fmt in FORMATS:
-        text = await payload_text(client, uuid, fmt, parent)
-        assert text.count(f"[Thread {status}: {label}]") == 1, (fmt, text)
-        assert embedded_text(status, label, chronicle) in text, fmt
-        assert len(anchor.findall(text)) == 1, (fmt, text)
-        assert text.count(chronicle) == 2, fmt  # the anchor's and the embedding's
 
 
 # -- end, with and without a chronicle -------------------------------------------------------
@@ -244,7 +112,7 @@ async def test_a_chronicle_is_written_with_the_thread_s_prompt_and_lands_in_the_
     await assert_parent_shows(
         llm_client, uuid, parent=0, thread_id=thread_id, status="completed", chronicle=CHRONICLE
     )
-    openai = (await payload(llm_client, uuid, "openai"))["messages"]
+    openai = (await served(llm_client, uuid, fmt="openai")).json()["messages"]
     assert openai[-1] == {
         "role": "system",
         "content": embedded_text("completed", LABEL, CHRONICLE),
@@ -275,7 +143,7 @@ async def test_a_chronicle_job_run_again_neither_asks_again_nor_embeds_twice(
     """A job that ran to its end runs once more (as after a crash before its status was
     saved): the stored chronicle and the embedding's key make it a no-op."""
     fake_llm.set("ok", text=CHRONICLE)
-    settings = settings_for(context_dir, fake_llm)
+    settings = chronicle_settings(context_dir, fake_llm)
     async with running_app(settings) as client:
         uuid, thread_id = await scene(client)
         await ended(client, uuid, thread_id)
@@ -330,7 +198,7 @@ async def test_a_nested_thread_s_chronicle_lands_in_its_parent_thread(
 ) -> None:
     uuid, outer = await scene(llm_client, label="outer")
     inner = (await start(llm_client, uuid, parent_thread_id=outer, label="inner"))["thread_id"]
-    await post(llm_client, uuid, *THREAD_TURNS, thread_id=inner)
+    await append(llm_client, uuid, *THREAD_TURNS, thread_id=inner)
     await ended(llm_client, uuid, inner)
     assert (await chronicle_jobs(llm_client, uuid))[inner]["result"]["embedded"] is True
     await assert_parent_shows(
@@ -347,7 +215,7 @@ async def test_a_nested_thread_s_chronicle_lands_in_its_parent_thread(
     for fmt in FORMATS:
         assert "[Thread completed: inner]" not in await payload_text(llm_client, uuid, fmt)
     # The outer thread goes on after it.
-    await post(llm_client, uuid, {"role": "user", "content": "next step"}, thread_id=outer)
+    await append(llm_client, uuid, {"role": "user", "content": "next step"}, thread_id=outer)
     assert_seqs_contiguous(records(context_dir, uuid, outer))
 
 
@@ -379,7 +247,7 @@ async def test_a_thread_without_messages_gets_no_chronicle_job(
     llm_client: httpx.AsyncClient, context_dir: Path, action: str
 ) -> None:
     uuid = (await create_task(llm_client))["uuid"]
-    await post(llm_client, uuid, ROOT_TURN)
+    await append(llm_client, uuid, ROOT_TURN)
     thread_id = (await start(llm_client, uuid, label=LABEL))["thread_id"]
     before = records(context_dir, uuid)
     answer = await ended(llm_client, uuid, thread_id, action)
@@ -395,16 +263,16 @@ async def test_an_abort_while_the_chronicle_keeps_failing_leaves_the_parent_cons
     attempt. Meanwhile and after, the root serves payloads and takes messages, seqs go on,
     and exactly one embedding lands; a restart finds nothing to repair."""
     fake_llm.set("error")
-    settings = settings_for(context_dir, fake_llm, job={"max_attempts": 3, "backoff_s": 1.0})
+    settings = chronicle_settings(context_dir, fake_llm, job={"max_attempts": 3, "backoff_s": 1.0})
     async with running_app(settings) as client:
         uuid, thread_id = await scene(client)
         await ended(client, uuid, thread_id, "abort")
         await until(lambda: bool(fake_llm.requests))
         last = records(context_dir, uuid)[-1]["seq"]
         for number, fmt in enumerate(FORMATS):
-            await payload(client, uuid, fmt)
+            await served(client, uuid, fmt=fmt)
             turn = {"role": "user" if number % 2 else "assistant", "content": f"meanwhile {number}"}
-            assert await post(client, uuid, turn) == [last + number + 1]
+            assert await append(client, uuid, turn) == [last + number + 1]
         # Still retrying: all of that happened during the failure.
         assert [j["status"] for j in await jobs_of(client, uuid, "chronicle")] != ["succeeded"]
 
@@ -427,14 +295,14 @@ async def test_an_abort_while_the_chronicle_keeps_failing_leaves_the_parent_cons
             text = await payload_text(client, uuid, fmt)
             assert text.count(f"[Thread aborted: {LABEL}]") == 1, fmt
             assert "meanwhile 3" in text
-        assert await post(client, uuid, {"role": "user", "content": "after"}) == [
+        assert await append(client, uuid, {"role": "user", "content": "after"}) == [
             found[-1]["seq"] + 1
         ]
         view = (await client.get(f"/tasks/{uuid}")).json()
         before = snapshot_dir(context_dir)
     async with running_app(settings) as client:
         for fmt in FORMATS:
-            await payload(client, uuid, fmt)
+            await served(client, uuid, fmt=fmt)
         assert (await client.get(f"/tasks/{uuid}")).json()["statistics"] == view["statistics"]
         assert snapshot_dir(context_dir) == before
 
@@ -458,10 +326,10 @@ async def test_the_embedding_waits_for_the_parent_s_tool_results(
     context_dir: Path, fake_llm: FakeLLM
 ) -> None:
     fake_llm.set("ok", text=CHRONICLE)
-    settings = settings_for(context_dir, fake_llm, job={"max_attempts": 10, "backoff_s": 0.1})
+    settings = chronicle_settings(context_dir, fake_llm, job={"max_attempts": 10, "backoff_s": 0.1})
     async with running_app(settings) as client:
         uuid, thread_id = await scene(client)
-        await post(client, uuid, TOOL_CALL)
+        await append(client, uuid, TOOL_CALL)
         await ended(client, uuid, thread_id)
         job = await deferred_job(client, uuid, thread_id)
         assert job["status"] in ("queued", "running"), job
@@ -470,9 +338,9 @@ async def test_the_embedding_waits_for_the_parent_s_tool_results(
         assert found[-1]["tool_calls"] == TOOL_CALL["tool_calls"]
         assert (await rows(client, uuid))[thread_id]["chronicle_summary"] == CHRONICLE
         for fmt in FORMATS:
-            await payload(client, uuid, fmt)  # still a valid payload meanwhile
+            await served(client, uuid, fmt=fmt)  # still a valid payload meanwhile
 
-        await post(client, uuid, TOOL_RESULT)
+        await append(client, uuid, TOOL_RESULT)
         job = (await chronicle_jobs(client, uuid))[thread_id]
         assert job["status"] == "succeeded", job
         assert job["result"]["embedded"] is True
@@ -493,14 +361,14 @@ async def test_results_that_come_after_the_job_s_attempts_still_get_the_embeddin
     """A tool may run longer than the job's retries last: the chronicle, written and stored,
     must still reach the parent once the results are in."""
     fake_llm.set("ok", text=CHRONICLE)
-    settings = settings_for(context_dir, fake_llm, job={"max_attempts": 2, "backoff_s": 0.05})
+    settings = chronicle_settings(context_dir, fake_llm, job={"max_attempts": 2, "backoff_s": 0.05})
     async with running_app(settings) as client:
         uuid, thread_id = await scene(client)
-        await post(client, uuid, TOOL_CALL)
+        await append(client, uuid, TOOL_CALL)
         await ended(client, uuid, thread_id)
         await deferred_job(client, uuid, thread_id)
         await asyncio.sleep(1.0)  # longer than every retry the job has (0.05 s, then none)
-        await post(client, uuid, TOOL_RESULT)
+        await append(client, uuid, TOOL_RESULT)
         await until(lambda: len(embeddings(records(context_dir, uuid), thread_id)) == 1)
         found = records(context_dir, uuid)
         assert [r.get("role") for r in found[-3:]] == ["assistant", "tool", "system"]
@@ -552,14 +420,14 @@ async def test_a_cascade_aborts_the_active_descendants_with_partial_chronicles(
     its row and embedded in outer (ended, but the service's record of a child still goes in);
     outer's chronicle waits for it, tells of it, and lands in the root."""
     fake_llm.set("ok", text=CHRONICLE)
-    settings = settings_for(context_dir, fake_llm, threads={"max_depth": 4})
+    settings = chronicle_settings(context_dir, fake_llm, threads={"max_depth": 4})
     async with running_app(settings) as client:
         uuid, outer = await scene(client, label="outer", max_depth=4)
         inner = (await start(client, uuid, parent_thread_id=outer, label="inner", max_depth=4))[
             "thread_id"
         ]
         inner_turn = {"role": "user", "content": "INNER: write the regression test."}
-        await post(client, uuid, inner_turn, thread_id=inner)
+        await append(client, uuid, inner_turn, thread_id=inner)
         innermost = (await start(client, uuid, parent_thread_id=inner, max_depth=4))["thread_id"]
         sibling = (await start(client, uuid, parent_thread_id=outer, label="sibling"))["thread_id"]
         done = await ended(client, uuid, sibling, generate_chronicle=False)
@@ -624,7 +492,7 @@ async def test_a_cascade_without_a_chronicle_still_chronicles_the_aborted_descen
 ) -> None:
     uuid, outer = await scene(llm_client, label="outer")
     inner = (await start(llm_client, uuid, parent_thread_id=outer, label="inner"))["thread_id"]
-    await post(llm_client, uuid, *THREAD_TURNS, thread_id=inner)
+    await append(llm_client, uuid, *THREAD_TURNS, thread_id=inner)
     answer = await ended(llm_client, uuid, outer, "abort", cascade=True, generate_chronicle=False)
     assert answer["status"] == "aborted"
     jobs = await chronicle_jobs(llm_client, uuid)
@@ -668,7 +536,7 @@ async def test_a_task_finished_while_the_chronicle_is_written_keeps_it_on_the_ro
     context_dir: Path, fake_llm: FakeLLM
 ) -> None:
     fake_llm.set("ok", text=CHRONICLE, delay=1.0)
-    async with running_app(settings_for(context_dir, fake_llm)) as client:
+    async with running_app(chronicle_settings(context_dir, fake_llm)) as client:
         uuid, thread_id = await scene(client)
         await ended(client, uuid, thread_id)
         await until(lambda: bool(fake_llm.requests))
@@ -689,10 +557,10 @@ async def test_a_task_that_chose_the_extractive_summariser_gets_an_extractive_ch
 ) -> None:
     """summary_backend is the task's choice for every summary it gets (condense, final
     summary, chronicle), even with a chat backend configured as the default."""
-    async with running_app(settings_for(context_dir, fake_llm)) as client:
+    async with running_app(chronicle_settings(context_dir, fake_llm)) as client:
         uuid = (await create_task(client, summary_backend="extractive"))["uuid"]
         thread_id = (await start(client, uuid, label=LABEL))["thread_id"]
-        await post(client, uuid, *THREAD_TURNS, thread_id=thread_id)
+        await append(client, uuid, *THREAD_TURNS, thread_id=thread_id)
         await ended(client, uuid, thread_id)
         job = (await chronicle_jobs(client, uuid))[thread_id]
         assert job["result"]["summarizer"] == "extractive", job

@@ -25,12 +25,16 @@ from app.config import Settings
 from app.formats import FORMATS
 from app.formats.parts import content_text, stand_in
 from app.tokens.counters import TextCounter, counter_for
-from tests.api.helpers import assert_error, create_task, read_jsonl, task_dir
-from tests.conftest import CORPUS, running_app, snapshot_dir
-from tests.formats.support import adjustment, validate_payload
-from tests.lifecycle.support import fast_settings, jobs_of, settled_jobs
-from tests.threads.support import context_view
-from tests.threads.test_tree import start
+from tests.support.app import running_app
+from tests.support.corpus import corpus_messages
+from tests.support.errors import assert_error
+from tests.support.files import read_jsonl, snapshot_dir, task_dir
+from tests.support.formats import adjustment, validate_payload
+from tests.support.payloads import context_view
+from tests.support.settings import fast_settings
+from tests.support.tasks import all_messages, create_task, post_messages
+from tests.support.threads import start
+from tests.support.waits import settled_jobs
 
 WINDOW = 12_000
 MAX_OUTPUT = 500
@@ -76,11 +80,6 @@ def counter() -> TextCounter:
 
 
 # -- conversations ----------------------------------------------------------------------------
-
-
-def corpus_conversation() -> list[dict[str, Any]]:
-    lines = (CORPUS / ROOT_CONVERSATION).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 def latest_exchange(messages: list[dict[str, Any]]) -> tuple[str, str]:
@@ -145,20 +144,9 @@ async def root_task(client: httpx.AsyncClient) -> tuple[str, tuple[str, str]]:
         system_prompt="You are a coding agent.",
         tools=TOOLS,
     )
-    conversation = corpus_conversation()
-    await post(client, created["uuid"], 0, conversation)
+    conversation = corpus_messages(ROOT_CONVERSATION)
+    await post_messages(client, created["uuid"], {"messages": conversation})
     return created["uuid"], latest_exchange(conversation)
-
-
-async def post(
-    client: httpx.AsyncClient, uuid: str, thread_id: int, messages: list[dict[str, Any]]
-) -> dict[str, Any]:
-    response = await client.post(
-        f"/tasks/{uuid}/messages", params={"thread_id": thread_id}, json={"messages": messages}
-    )
-    assert response.status_code == 201, response.text[:2000]
-    result: dict[str, Any] = response.json()
-    return result
 
 
 # -- reading payloads -------------------------------------------------------------------------
@@ -326,12 +314,6 @@ async def root_context(client: httpx.AsyncClient, uuid: str) -> dict[str, Any]:
     return await context_view(client, uuid, 0, fmt=None)
 
 
-async def settle(client: httpx.AsyncClient, uuid: str) -> None:
-    """Wait until no condense job of the task is queued or running (there may be none)."""
-    if await jobs_of(client, uuid, "condense"):
-        await settled_jobs(client, uuid, "condense")
-
-
 async def post_until_condensed(
     client: httpx.AsyncClient, view: View, counter: TextCounter, first: int
 ) -> int:
@@ -339,7 +321,9 @@ async def post_until_condensed(
     append scheduled has condensed it; the root's context meanwhile is untouched by that job.
     Returns the next turn number."""
     for number in range(first, first + TURNS_BOUND):
-        result = await post(client, view.uuid, view.thread_id, turn(view.tag, number))
+        result = await post_messages(
+            client, view.uuid, {"messages": turn(view.tag, number)}, view.thread_id
+        )
         if not result["compaction_scheduled"]:
             await check_payloads(client, view, counter)
             continue
@@ -387,10 +371,12 @@ async def drive(client: httpx.AsyncClient, tdir: Path, view: View, counter: Text
     # Two small turns give a condense enough to summarise again; one more, truncation a span.
     for strategy, kind, turns in (("condense", "condense", 2), ("truncate", "truncation", 1)):
         for _ in range(turns):
-            await post(client, view.uuid, view.thread_id, turn(view.tag, number, lines=4))
+            await post_messages(
+                client, view.uuid, {"messages": turn(view.tag, number, lines=4)}, view.thread_id
+            )
             await check_payloads(client, view, counter)
             number += 1
-        await settle(client, view.uuid)
+        await settled_jobs(client, view.uuid, "condense", at_least_one=False)
         assert (await compress(client, view, counter, strategy))["kind"] == kind
     await assert_compactions_are_the_threads(client, tdir, view, {"condense", "truncation"})
 
@@ -418,14 +404,16 @@ async def test_thread_payloads_keep_their_window_and_the_parents_latest_exchange
         "[child] please hand the parser rewrite to a helper thread",
         "[child] starting a helper thread for the parser rewrite",
     )
-    await post(
+    await post_messages(
         client,
         uuid,
+        {
+            "messages": [
+                {"role": "user", "content": child_latest[0]},
+                {"role": "assistant", "content": child_latest[1]},
+            ]
+        },
         child_view.thread_id,
-        [
-            {"role": "user", "content": child_latest[0]},
-            {"role": "assistant", "content": child_latest[1]},
-        ],
     )
     await settled_jobs(client, uuid, "condense")
     grandchild = await start(client, uuid, parent_thread_id=child_view.thread_id, label="parser")
@@ -467,7 +455,9 @@ async def test_get_request_fits_a_thread_over_its_share_by_itself(
             CHILD_BUDGET,
             [(0, root_latest, ROOT_SHARE)],
         )
-        await post(client, uuid, view.thread_id, [m for n in range(14) for m in turn("t", n)])
+        await post_messages(
+            client, uuid, {"messages": [m for n in range(14) for m in turn("t", n)]}, view.thread_id
+        )
         jobs = await settled_jobs(client, uuid, "condense")
         assert [j["status"] for j in jobs] == ["skipped"], jobs  # too few to summarise
         context = await context_view(client, uuid, view.thread_id, fmt=None)
@@ -487,7 +477,9 @@ async def test_get_request_fits_a_thread_over_its_share_by_itself(
         log = "\n".join(
             f"[huge] log line {i}: worker {i % 7} retried request {i}" for i in range(2500)
         )
-        await post(client, uuid, huge.thread_id, [{"role": "user", "content": log}])
+        await post_messages(
+            client, uuid, {"messages": [{"role": "user", "content": log}]}, huge.thread_id
+        )
         root_before = await root_context(client, uuid)
         root_files = file_bytes(tdir)
         await check_payloads(client, huge, counter)
@@ -507,19 +499,19 @@ async def test_the_parents_newest_exchange_reaches_the_thread_but_not_its_open_c
     (nothing may come between calls and results) until they are in."""
     uuid, _ = await root_task(client)
     thread_id = (await start(client, uuid))["thread_id"]
-    await post(client, uuid, thread_id, turn("t", 0))
+    await post_messages(client, uuid, {"messages": turn("t", 0)}, thread_id)
     newest = ("Also keep the public API unchanged.", "Noted: the public API stays as it is.")
-    await post(client, uuid, 0, [{"role": "user", "content": newest[0]}])
-    await post(client, uuid, 0, [{"role": "assistant", "content": newest[1]}])
+    await post_messages(client, uuid, {"messages": [{"role": "user", "content": newest[0]}]})
+    await post_messages(client, uuid, {"messages": [{"role": "assistant", "content": newest[1]}]})
     view = View(uuid, thread_id, "t", CHILD_BUDGET, [(0, newest, ROOT_SHARE)])
     await check_payloads(client, view, counter)
 
     calls = turn("root", 1)[1:2]  # the root's assistant calls tools; no results yet
-    await post(client, uuid, 0, calls)
-    await post(client, uuid, thread_id, turn("t", 1))
+    await post_messages(client, uuid, {"messages": calls})
+    await post_messages(client, uuid, {"messages": turn("t", 1)}, thread_id)
     answers = await check_payloads(client, view, counter)
     assert "[root]" not in answers["openai"].text
-    await post(client, uuid, 0, turn("root", 1)[2:-1])  # the results
+    await post_messages(client, uuid, {"messages": turn("root", 1)[2:-1]})  # the results
     answers = await check_payloads(client, view, counter)
     assert '"call_root_1_1"' in answers["openai"].text
 
@@ -560,9 +552,9 @@ async def test_a_parents_latest_exchange_survives_a_unit_larger_than_its_share(
         client, context_length=WINDOW, max_output_tokens=MAX_OUTPUT, system_prompt="Agent."
     )
     uuid = created["uuid"]
-    await post(client, uuid, 0, LARGE_LATEST[case])
+    await post_messages(client, uuid, {"messages": LARGE_LATEST[case]})
     thread_id = (await start(client, uuid))["thread_id"]
-    await post(client, uuid, thread_id, turn("t", 0))
+    await post_messages(client, uuid, {"messages": turn("t", 0)}, thread_id)
     view = View(uuid, thread_id, "t", CHILD_BUDGET, [(0, (REQUEST, REPLY), ROOT_SHARE)])
     await check_payloads(client, view, counter)
 
@@ -577,29 +569,9 @@ async def short_task(client: httpx.AsyncClient) -> str:
         {"role": "user", "content": "Fix the crash in parser.py."},
         {"role": "assistant", "content": "I will start a thread for it."},
     ]
-    await post(client, created["uuid"], 0, exchange)
+    await post_messages(client, created["uuid"], {"messages": exchange})
     uuid: str = created["uuid"]
     return uuid
-
-
-async def history(client: httpx.AsyncClient, uuid: str, thread_id: int) -> list[dict[str, Any]]:
-    """A context's whole GET /messages, page by page (3 records a page)."""
-    records: list[dict[str, Any]] = []
-    after = 0
-    for _ in range(1000):
-        response = await client.get(
-            f"/tasks/{uuid}/messages",
-            params={"thread_id": thread_id, "after_seq": after, "limit": 3},
-        )
-        assert response.status_code == 200, response.text
-        page = response.json()
-        assert len(page["messages"]) <= 3
-        records += page["messages"]
-        if page["next_after_seq"] is None:
-            assert page["last_seq"] == (records[-1]["seq"] if records else 0)
-            return records
-        after = page["next_after_seq"]
-    raise AssertionError("GET /messages never reached its last page")
 
 
 def posted(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -612,22 +584,22 @@ async def test_a_threads_history_is_its_own_and_counted_in_the_tasks(
     client: httpx.AsyncClient, context_dir: Path
 ) -> None:
     uuid = await short_task(client)
-    root_before = await history(client, uuid, 0)
+    root_before = await all_messages(client, uuid, 0, limit=3)
     child = (await start(client, uuid))["thread_id"]
     sent = turn("child", 1) + turn("child", 2)
-    await post(client, uuid, child, sent[:3])
+    await post_messages(client, uuid, {"messages": sent[:3]}, child)
     for message in sent[3:]:
-        await post(client, uuid, child, [message])
-    records = await history(client, uuid, child)
+        await post_messages(client, uuid, {"messages": [message]}, child)
+    records = await all_messages(client, uuid, child, limit=3)
     assert [r["seq"] for r in records] == list(range(1, len(sent) + 1))
     assert posted(records) == sent
-    root = await history(client, uuid, 0)
+    root = await all_messages(client, uuid, 0, limit=3)
     assert root[:-1] == root_before  # the root took the anchor only
     assert root[-1]["seq"] == root_before[-1]["seq"] + 1
     assert root[-1]["content"] == f"[Thread (#{child}) started]"
 
     grandchild = (await start(client, uuid, parent_thread_id=child))["thread_id"]
-    await post(client, uuid, grandchild, turn("grandchild", 1))
+    await post_messages(client, uuid, {"messages": turn("grandchild", 1)}, grandchild)
     response = await client.post(
         f"/tasks/{uuid}/compress", params={"thread_id": child}, json={"strategy": "truncate"}
     )
@@ -708,7 +680,7 @@ async def test_an_ended_thread_takes_no_messages_and_no_compactions(
 ) -> None:
     uuid = await short_task(client)
     thread_id = (await start(client, uuid))["thread_id"]
-    await post(client, uuid, thread_id, turn("t", 1))
+    await post_messages(client, uuid, {"messages": turn("t", 1)}, thread_id)
     response = await client.post(
         f"/tasks/{uuid}/threads/{thread_id}/end", json={"generate_chronicle": False}
     )
@@ -733,11 +705,11 @@ async def test_concurrent_appends_to_a_thread_and_the_root_get_every_seq_once(
 ) -> None:
     uuid = await short_task(client)
     thread_id = (await start(client, uuid))["thread_id"]
-    root_last = (await history(client, uuid, 0))[-1]["seq"]
+    root_last = (await all_messages(client, uuid, 0, limit=3))[-1]["seq"]
 
     async def one(context: int, number: int) -> list[int]:
         message = {"role": "user", "content": f"context {context} message {number}"}
-        result = await post(client, uuid, context, [message])
+        result = await post_messages(client, uuid, {"messages": [message]}, context)
         seqs: list[int] = result["seqs"]
         return seqs
 
@@ -749,7 +721,9 @@ async def test_concurrent_appends_to_a_thread_and_the_root_get_every_seq_once(
     assert thread_seqs == list(range(1, 21))
     assert root_seqs == list(range(root_last + 1, root_last + 21))
     for context, first in ((thread_id, 1), (0, root_last + 1)):
-        records = [r for r in await history(client, uuid, context) if r["seq"] >= first]
+        records = [
+            r for r in await all_messages(client, uuid, context, limit=3) if r["seq"] >= first
+        ]
         assert [r["seq"] for r in records] == list(range(first, first + 20))
         assert sorted(r["content"] for r in records) == sorted(
             f"context {context} message {n}" for n in range(20)
@@ -778,8 +752,8 @@ async def test_an_idempotency_key_is_per_context(client: httpx.AsyncClient) -> N
         assert again.status_code == 201, again.text
         assert again.headers["Idempotent-Replayed"] == "true"
         assert again.json() == first.json()
-    assert [r["seq"] for r in await history(client, uuid, thread_id)] == [1]
-    assert (await history(client, uuid, 0))[-1]["seq"] == root_last
+    assert [r["seq"] for r in await all_messages(client, uuid, thread_id, limit=3)] == [1]
+    assert (await all_messages(client, uuid, 0, limit=3))[-1]["seq"] == root_last
 
 
 async def test_a_thread_cannot_start_between_calls_and_their_results(
@@ -789,7 +763,7 @@ async def test_a_thread_cannot_start_between_calls_and_their_results(
     child = (await start(client, uuid))["thread_id"]
     waiting = turn("w", 1)[:2]  # a request, then the assistant's calls: no results yet
     for parent in (0, child):
-        await post(client, uuid, parent, waiting)
+        await post_messages(client, uuid, {"messages": waiting}, parent)
         before = snapshot_dir(context_dir)
         tree = (await client.get(f"/tasks/{uuid}/threads")).json()
         response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": parent})
@@ -797,7 +771,9 @@ async def test_a_thread_cannot_start_between_calls_and_their_results(
         assert details["open"] == ["call_w_1_0", "call_w_1_1"]
         assert snapshot_dir(context_dir) == before
         assert (await client.get(f"/tasks/{uuid}/threads")).json() == tree
-        await post(client, uuid, parent, turn("w", 1)[2:])  # the results: now it may start
+        await post_messages(
+            client, uuid, {"messages": turn("w", 1)[2:]}, parent
+        )  # the results: now it may start
         await start(client, uuid, parent_thread_id=parent)
 
 
@@ -811,12 +787,12 @@ async def test_a_restart_keeps_a_threads_context_byte_identical(
         child_id = (await start(client, uuid))["thread_id"]
         child = View(uuid, child_id, "child", CHILD_BUDGET, [(0, root_latest, ROOT_SHARE)])
         for number in range(4):
-            await post(client, uuid, child_id, turn("child", number))
+            await post_messages(client, uuid, {"messages": turn("child", number)}, child_id)
         outcome = await client.post(
             f"/tasks/{uuid}/compress", params={"thread_id": child_id}, json={}
         )
         assert outcome.json()["kind"] == "condense", outcome.text
-        await post(client, uuid, child_id, turn("child", 4))
+        await post_messages(client, uuid, {"messages": turn("child", 4)}, child_id)
         grandchild_id = (await start(client, uuid, parent_thread_id=child_id))["thread_id"]
         child_latest = (turn("child", 4)[0]["content"], turn("child", 4)[-1]["content"])
         grandchild = View(
@@ -826,14 +802,16 @@ async def test_a_restart_keeps_a_threads_context_byte_identical(
             GRANDCHILD_BUDGET,
             [(0, root_latest, ROOT_SHARE), (child_id, child_latest, CHILD_SHARE)],
         )
-        await post(client, uuid, grandchild_id, turn("grandchild", 0))
-        await settle(client, uuid)
-        before = [await served(client, view, counter) for view in (child, grandchild)]
+        await post_messages(client, uuid, {"messages": turn("grandchild", 0)}, grandchild_id)
+        await settled_jobs(client, uuid, "condense", at_least_one=False)
+        before = [await payload_bytes(client, view, counter) for view in (child, grandchild)]
     async with running_app(settings) as client:
-        assert [await served(client, view, counter) for view in (child, grandchild)] == before
+        assert [
+            await payload_bytes(client, view, counter) for view in (child, grandchild)
+        ] == before
 
 
-async def served(
+async def payload_bytes(
     client: httpx.AsyncClient, view: View, counter: TextCounter
 ) -> dict[str, tuple[bytes, dict[str, str]]]:
     """Each format's payload bytes and X- headers, and the thread's /context."""

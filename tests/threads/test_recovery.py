@@ -6,9 +6,10 @@ from pathlib import Path
 import httpx
 
 from app.config import Settings
-from tests.api.helpers import create_task, read_jsonl, task_dir
-from tests.conftest import running_app
-from tests.threads.test_tree import start
+from tests.support.app import running_app
+from tests.support.files import read_jsonl, task_dir
+from tests.support.tasks import create_task
+from tests.support.threads import start
 
 TURNS = [
     {"role": "user", "content": "Write the parser."},

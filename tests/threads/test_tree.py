@@ -1,4 +1,5 @@
-"""Starting threads: seed 003's windows and depth limit, the tree, and refusals (SPEC §8)."""
+"""Starting threads: seed 003's windows and depth limit, the tree, and refusals (SPEC §8), thread
+ids far out of range among them."""
 
 import asyncio
 from pathlib import Path
@@ -8,15 +9,13 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.api.helpers import assert_error, create_task
-from tests.conftest import running_app, snapshot_dir
+from tests.support.app import running_app
+from tests.support.errors import assert_error
+from tests.support.files import snapshot_dir
+from tests.support.tasks import create_task
+from tests.support.threads import send, start
 
-
-async def start(client: httpx.AsyncClient, uuid: str, **body: Any) -> dict[str, Any]:
-    response = await client.post(f"/tasks/{uuid}/threads", json=body)
-    assert response.status_code == 201, response.text
-    thread: dict[str, Any] = response.json()
-    return thread
+MESSAGE = {"role": "user", "content": "run the tests again"}
 
 
 def windows(node: dict[str, Any]) -> dict[int, tuple[int | None, int]]:
@@ -158,3 +157,28 @@ async def test_one_thread_with_the_threads_under_it(client: httpx.AsyncClient) -
     missing = "6f1c1d0e-0000-4000-8000-000000000000"
     assert_error(await client.get(f"/tasks/{missing}/threads/1"), 404, "task_not_found")
     assert (await client.get(f"/tasks/{uuid}/threads/0")).status_code == 422
+
+
+async def test_thread_ids_far_out_of_range_are_422_and_depth_refusals_say_why(
+    client: httpx.AsyncClient, context_dir: Path
+) -> None:
+    uuid = (await create_task(client))["uuid"]
+    child = (await start(client, uuid))["thread_id"]
+    grand = (await start(client, uuid, parent_thread_id=child))["thread_id"]
+    deepest = (await start(client, uuid, parent_thread_id=grand))["thread_id"]
+    before, tree = snapshot_dir(context_dir), (await client.get(f"/tasks/{uuid}/threads")).json()
+    huge = 2**70
+    response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": huge})
+    assert_error(response, 422, "validation_error")
+    for action in ("end", "abort"):
+        response = await client.post(f"/tasks/{uuid}/threads/{huge}/{action}", json={})
+        assert_error(response, 422, "validation_error")
+    response = await send(client, uuid, MESSAGE, huge)
+    assert_error(response, 422, "validation_error")
+    response = await client.get(f"/tasks/{uuid}/request", params={"thread_id": huge})
+    assert_error(response, 422, "validation_error")
+
+    response = await client.post(f"/tasks/{uuid}/threads", json={"parent_thread_id": deepest})
+    assert assert_error(response, 409, "thread_depth_exceeded") == {"depth": 4, "max_depth": 3}
+    assert snapshot_dir(context_dir) == before
+    assert (await client.get(f"/tasks/{uuid}/threads")).json() == tree

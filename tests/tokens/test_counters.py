@@ -19,7 +19,7 @@ from app.tokens.counters import (
     segments,
 )
 from app.tokens.encodings import CL100K_BASE, ENCODING_NAMES, O200K_BASE, load_encoding
-from tests.conftest import CORPUS
+from tests.support.paths import CORPUS
 
 
 @cache

@@ -24,7 +24,7 @@ from app.tokens.encodings import (
     load_encoding,
     verified_ranks,
 )
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 HELLO_IDS = {O200K_BASE: [13225, 11, 2375, 0], CL100K_BASE: [9906, 11, 1917, 0]}
 
