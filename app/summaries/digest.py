@@ -1,4 +1,4 @@
-"""The extractive digest: a deterministic, honest summary of messages that needs no LLM (SPEC §7).
+"""The extractive digest: a deterministic, honest summary of messages that needs no LLM.
 
 The records are read once, in order, and only bounded state is kept (every list is capped), so a
 digest of a huge context costs little memory. The result is plain text of at most ``max_chars``
