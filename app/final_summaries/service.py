@@ -68,7 +68,7 @@ class FinalSummaryService:
             backend = backend or (
                 DEFAULT_BACKEND if DEFAULT_BACKEND in self.summarizer.backends else EXTRACTIVE
             )
-            if backend != EXTRACTIVE and backend not in self.summarizer.backends:
+            if backend not in self.summarizer.backends:
                 # Renamed or removed since (a task's choice outlives the configuration).
                 log.warning("task %s: no backend %r; extractive summary", task.uuid, backend)
                 backend = EXTRACTIVE
@@ -84,7 +84,7 @@ class FinalSummaryService:
                 log.warning("task %s: final summary by the extractive digest: %s", task.uuid, exc)
                 history = History(handle, head.messages_bytes)
                 text = await self._summarize(history, EXTRACTIVE)
-                summarizer = f"extractive (after {exc.backend} failed)"
+                summarizer = f"{EXTRACTIVE} (after {exc.backend} failed)"
         finally:
             handle.close()
         completed = task.completed_at.isoformat() if task.completed_at else "unknown"

@@ -10,7 +10,7 @@ a note that says so.
 import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app.config import DEFAULT_BACKEND, EXTRACTIVE
 from app.context.records import openai_message
@@ -75,7 +75,96 @@ class SummaryLimit:
     counter: TextCounter
 
 
+@dataclass(frozen=True)
+class SummaryRequest:
+    """What a summary is asked for: the prompt, its length, the message the context keeps
+    (given for reference, not summarised), the limit it must fit, the current plan items."""
+
+    prompt: str
+    max_tokens: int | None = None
+    kept: dict[str, Any] | None = None
+    limit: SummaryLimit | None = None
+    plan: Sequence[ChecklistItem] | None = None
+
+
+class SummaryBackend(Protocol):
+    """One way to summarise: the extractive digest, or a chat backend."""
+
+    @property
+    def label(self) -> str:
+        """What it is, as summaries record it: "extractive" or "openai:gpt-4o-mini"."""
+        ...
+
+    async def summarize(self, records: Iterator[dict[str, Any]], request: SummaryRequest) -> str:
+        """A summary of the records (consumed once, in a worker thread)."""
+        ...
+
+
+class ExtractiveSummaries:
+    """The extractive digest (no LLM): sized to the limit, or to about four characters a token
+    asked for."""
+
+    label = EXTRACTIVE
+
+    async def summarize(self, records: Iterator[dict[str, Any]], request: SummaryRequest) -> str:
+        limit = request.limit
+        if limit is not None:
+            digest = await asyncio.to_thread(
+                digest_within,
+                records,
+                max_tokens=limit.tokens,
+                count=limit.counter.count_text,
+                kept=request.kept,
+                plan=request.plan,
+            )
+            return cut_to_fit(digest, limit)
+        max_chars = 4 * request.max_tokens if request.max_tokens else EXTRACTIVE_MAX_CHARS
+        return await asyncio.to_thread(
+            extractive_digest, records, max_chars=max_chars, kept=request.kept, plan=request.plan
+        )
+
+
+class ChatSummaries:
+    """A chat backend's summary: a span larger than its window in chunks, the partial
+    summaries combined by one more call."""
+
+    def __init__(self, chat: ChatBackend, counter: TextCounter, max_tokens: int) -> None:
+        self.chat = chat
+        self.counter = counter
+        self.max_tokens = max_tokens
+        self.label = f"{chat.kind}:{chat.model}"
+
+    async def summarize(self, records: Iterator[dict[str, Any]], request: SummaryRequest) -> str:
+        chat, limit = self.chat, request.limit
+        max_tokens = request.max_tokens or self.max_tokens
+        if limit is not None:
+            max_tokens = min(max_tokens, limit.tokens)
+        budget = max(int(chat.window * _WINDOW_SHARE) - max_tokens, 256)
+        # The kept message, at most a quarter of a request (a pasted log keeps its start).
+        reference, size = (None, 0)
+        if request.kept is not None:
+            reference, size = _fitted(openai_message(request.kept), self.counter, budget // 4)
+        checklist, plan_size = (None, 0)
+        if request.plan:  # at most a quarter of a request too (the cut is marked)
+            checklist, plan_size = _fitted(_plan_message(request.plan), self.counter, budget // 4)
+        size += plan_size
+        parts: list[str] = []
+        chunks = _chunks(records, self.counter, budget - size)
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            messages = _request(request.prompt, chunk, reference, checklist)
+            parts.append(await chat.complete(messages, max_tokens=max_tokens))
+        while len(parts) > 1:  # combined in rounds of groups that fit the window
+            groups = _groups(parts, self.counter, budget - size)
+            parts = [
+                await _combine(chat, group, request.prompt, max_tokens, reference, checklist)
+                for group in groups
+            ]
+        return parts[0] if limit is None else cut_to_fit(parts[0], limit)
+
+
 class Summarizer:
+    """The summary backends by name: "extractive" and every configured chat backend."""
+
     def __init__(
         self,
         *,
@@ -85,27 +174,28 @@ class Summarizer:
         backend_name: str,
         max_tokens: int,
     ) -> None:
-        self.backends = backends
-        self.counter = counter
+        self.backends: dict[str, SummaryBackend] = {EXTRACTIVE: ExtractiveSummaries()}
+        for name, chat in backends.items():
+            # The summariser's window is the LLM's; what it costs is counted like a task's.
+            self.backends[name] = ChatSummaries(chat, counter, max_tokens)
         self.prompt = prompt if prompt.strip() else DEFAULT_PROMPT  # blanks are no prompt
         self.backend_name = backend_name or DEFAULT_BACKEND
-        self.max_tokens = max_tokens
 
-    def backend(self, name: str | None = None) -> ChatBackend | None:
-        """The chat backend to use; None means the extractive digest."""
+    def backend(self, name: str | None = None) -> SummaryBackend:
+        """The backend ``name`` names (None: the server's choice, which is the extractive
+        digest when that backend is not configured)."""
         chosen = name or self.backend_name
-        if chosen not in self.backends and name is not None and name != EXTRACTIVE:
+        if chosen not in self.backends and name is not None:
             raise InvalidInput(
                 f"no LLM backend named {name!r} is configured",
                 code=ErrorCode.UNKNOWN_BACKEND,
                 details={"configured": sorted(self.backends)},
             )
-        return self.backends.get(chosen)
+        return self.backends.get(chosen) or self.backends[EXTRACTIVE]
 
     def describe(self, name: str | None = None) -> str:
         """Which summariser ``name`` resolves to, e.g. "extractive" or "openai:gpt-4o-mini"."""
-        backend = self.backend(name)
-        return EXTRACTIVE if backend is None else f"{backend.kind}:{backend.model}"
+        return self.backend(name).label
 
     async def summarize(
         self,
@@ -123,47 +213,14 @@ class Summarizer:
         keeps (the task statement), is given along, marked as kept, not to be summarised;
         ``plan``, the current plan items, is given as recorded. With a ``limit``, the summary
         is at most that long, and a chat backend is asked for at most it."""
-        prompt = prompt if prompt and prompt.strip() else self.prompt
-        chat = self.backend(backend)
-        if chat is None and limit is not None:
-            digest = await asyncio.to_thread(
-                digest_within,
-                records,
-                max_tokens=limit.tokens,
-                count=limit.counter.count_text,
-                kept=kept,
-                plan=plan,
-            )
-            return cut_to_fit(digest, limit)
-        if chat is None:  # a digest of about four characters a token asked for
-            max_chars = 4 * max_tokens if max_tokens else EXTRACTIVE_MAX_CHARS
-            return await asyncio.to_thread(
-                extractive_digest, records, max_chars=max_chars, kept=kept, plan=plan
-            )
-        max_tokens = max_tokens or self.max_tokens
-        if limit is not None:
-            max_tokens = min(max_tokens, limit.tokens)
-        budget = max(int(chat.window * _WINDOW_SHARE) - max_tokens, 256)
-        # The kept message, at most a quarter of a request (a pasted log keeps its start).
-        reference, size = (None, 0)
-        if kept is not None:
-            reference, size = _fitted(openai_message(kept), self.counter, budget // 4)
-        checklist, plan_size = (None, 0)
-        if plan:  # at most a quarter of a request too (the cut is marked)
-            checklist, plan_size = _fitted(_plan_message(plan), self.counter, budget // 4)
-        size += plan_size
-        parts: list[str] = []
-        chunks = _chunks(records, self.counter, budget - size)
-        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
-            request = _request(prompt, chunk, reference, checklist)
-            parts.append(await chat.complete(request, max_tokens=max_tokens))
-        while len(parts) > 1:  # combined in rounds of groups that fit the window
-            groups = _groups(parts, self.counter, budget - size)
-            parts = [
-                await _combine(chat, group, prompt, max_tokens, reference, checklist)
-                for group in groups
-            ]
-        return parts[0] if limit is None else cut_to_fit(parts[0], limit)
+        request = SummaryRequest(
+            prompt=prompt if prompt and prompt.strip() else self.prompt,
+            max_tokens=max_tokens,
+            kept=kept,
+            limit=limit,
+            plan=plan,
+        )
+        return await self.backend(backend).summarize(records, request)
 
 
 def cut_to_fit(text: str, limit: SummaryLimit) -> str:

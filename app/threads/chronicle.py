@@ -116,7 +116,7 @@ class ChronicleWriter:
         self, job: Job, history: History, backend: str | None, prompt: str
     ) -> tuple[str, str]:
         """The chronicle and who wrote it; the extractive digest after a last failure."""
-        if backend not in (None, EXTRACTIVE, *self.summarizer.backends):
+        if backend is not None and backend not in self.summarizer.backends:
             backend = None  # renamed or removed since: the default summariser
         try:
             text = await self.summarizer.summarize(
