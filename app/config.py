@@ -42,10 +42,10 @@ ChatBackendKind = Literal["openai", "ollama", "anthropic"]
 # Compaction tiers, cheapest first in the default order: mask old tool results, condense the
 # middle into a summary, truncate the oldest half, elide the middle of the largest message.
 CompactionTier = Literal["mask", "condense", "truncate", "elide"]
-# Names a request may not give to a named backend: "default" is LLM_BACKEND's, "extractive" is
-# the embedded summarizer that needs no backend at all.
 EXTRACTIVE = "extractive"  # the summariser that needs no LLM: a backend name like any other
 DEFAULT_BACKEND = "default"  # the LLM_* settings' backend, when LLM_BACKEND names one
+# Names a request may not give to a named backend: "default" is LLM_BACKEND's, "extractive" is
+# the embedded summarizer that needs no backend at all.
 RESERVED_BACKEND_NAMES = frozenset({DEFAULT_BACKEND, EXTRACTIVE})
 _BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -581,6 +581,12 @@ class EnvironmentSource(EnvSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         data = super().__call__()
+        for group, values in data.items():
+            if group in GROUPS and isinstance(values, dict):
+                # GROUP__UNKNOWN is another program's variable, not a mistake of ours.
+                known = _group_fields(group)
+                for key in [key for key in values if key not in known]:
+                    del values[key]
         for name, (group, field) in LEGACY_ENV.items():
             value = self.env_vars.get(name.lower())
             if value is None or field in data.get(group, {}):

@@ -3,16 +3,18 @@ domain. Read from the source (every import, those inside functions and under TYP
 too), so a new backward import fails here before a reader trips on it."""
 
 import ast
+import dataclasses
 import graphlib
 import itertools
 from collections import defaultdict
 from pathlib import Path
 
+from app.lifespan import Services
 from tests.support.paths import REPO
 
 APP = REPO / "app"
 # The plumbing every domain stands on: none of it may import a domain package (top-level
-# modules such as app/config.py and app/errors.py are leaves: they import no package).
+# modules such as app/config.py, app/errors.py and app/task_key.py stand below the domains too).
 PLUMBING = frozenset(
     {"api", "auth", "db", "storage", "tokens", "formats", "observability", "llm", "webhooks"}
 )
@@ -103,3 +105,23 @@ def test_nothing_imports_the_composition_root() -> None:
         if target in ROOTS and unit not in ROOTS
     }
     assert not wrong, sorted(wrong)
+
+
+def test_every_service_an_endpoint_names_is_built() -> None:
+    """``service("tasks")`` is looked up by name when a request comes: a misspelt name would be
+    a 500, so every name used in app/ must be a field of the services the lifespan builds."""
+    built = {field.name for field in dataclasses.fields(Services)}
+    named: set[str] = set()
+    for path in APP.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "service"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                named.add(node.args[0].value)
+    assert named, "no endpoint names a service: the check reads nothing"
+    assert named <= built, sorted(named - built)

@@ -89,6 +89,16 @@ def test_names_are_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (settings.llm.timeout_s, settings.threads.default_window_ratio) == (3.0, 0.5)
 
 
+def test_a_variable_a_group_does_not_know_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GROUP__NAME with a name no field has is another program's: startup goes on."""
+    monkeypatch.setenv("COMPACTION__NOT_OURS", "1")
+    monkeypatch.setenv("LOG__COLOR", "yes")
+    monkeypatch.setenv("COMPACTION__KEEP_TOOL_RESULTS", "5")
+    assert Settings().compaction.keep_tool_results == 5
+    with pytest.raises(ValidationError):  # in code, a misspelt field is a mistake
+        Settings(compaction={"keep_tool_result": 5})
+
+
 def test_the_nested_name_wins_over_the_flat_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLM_TIMEOUT_S", "5")
     monkeypatch.setenv("LLM__TIMEOUT_S", "7")

@@ -6,14 +6,14 @@ starts on a tool result, and never ends just before one.
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from app.context.effective import COMPACTION_KINDS, MASKED_BY, marker_kind, position
 from app.context.records import record_tokens
 
 # A compaction marker's field: how many messages it hides (markers written before it was
 # stored count as one each, as they were counted then).
-HIDDEN_MESSAGES = "hidden_messages"
+HIDDEN_MESSAGES: Final = "hidden_messages"
 # The most user messages before the agent's first reply that the instruction takes in.
 MAX_INSTRUCTION_MESSAGES = 8
 # Markers that stand for what they hide (a summary, a truncation's list of facts): cut last.

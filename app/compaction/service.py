@@ -19,7 +19,7 @@ import orjson
 from app.budgets.policy import Budget
 from app.budgets.service import Budgets
 from app.compaction import plans
-from app.compaction.plans import Entry, Skip, Span
+from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
@@ -320,7 +320,7 @@ class CompactionService:
             )
             summary["masked_seqs"] = seqs
             marker: Marker = {
-                "marker": "mask",
+                "marker": MASK,
                 "masks": masks,
                 "timestamp": summary["timestamp"],
                 "tokens": 0,
@@ -646,7 +646,7 @@ class CompactionService:
         marker = {
             **marker,
             "hides": list(span.hides(entries)),
-            "hidden_messages": hidden,
+            HIDDEN_MESSAGES: hidden,
             "timestamp": summary["timestamp"],
             "tokens": cost[0],
             "format_tokens": cost[1],

@@ -26,10 +26,10 @@ streams the records and yields the visible ones (:func:`visible`).
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 COMPACTION_KINDS = frozenset({"condense", "truncation", "elision"})
-MASK = "mask"
+MASK: Final = "mask"
 # On a masked record as a payload shows it: the seq of the mask marker (never stored).
 MASKED_BY = "masked_by"
 MARKER_TYPE = "marker"  # the envelope's "type" on the records the service writes

@@ -14,7 +14,7 @@ import orjson
 
 from app.context.store import ContextStore
 from app.db.models import Task
-from app.errors import NotFound, StorageError, TaskNotFound
+from app.errors import NotFound, StorageError
 from app.final_summaries.service import KIND as FINAL_SUMMARY
 from app.final_summaries.service import read_final_summary
 from app.inheritance import repository
@@ -47,12 +47,9 @@ class InheritanceService:
         self.wait_s = wait_s
 
     async def task(self, task_uuid: str) -> Task:
-        """The task's row, for what it inherited (set at creation, never changed after)."""
-        async with self.db.reader() as session:
-            task = await session.get(Task, task_uuid)
-        if task is None:
-            raise TaskNotFound(task_uuid)
-        return task
+        """The task's row, for what it inherited (set at creation, never changed after), read
+        with its head as every task read is (missing files answer as they do elsewhere)."""
+        return (await self.store.head(task_uuid)).task
 
     async def candidates(self, key: TaskKey, user: str | None, limit: int) -> list[Task]:
         """Finished tasks with this key and user, newest completion first."""

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import Database
 from app.db.models import Job
@@ -88,16 +89,6 @@ class JobQueue:
                 .limit(1)
             )
         return found is not None
-
-    async def active_counts(self) -> dict[tuple[str, str], int]:
-        """Queued and running jobs by (kind, status)."""
-        async with self.db.reader() as session:
-            rows = await session.execute(
-                select(Job.kind, Job.status, func.count())
-                .where(Job.status.in_(ACTIVE))
-                .group_by(Job.kind, Job.status)
-            )
-            return {(str(kind), str(status)): int(n) for kind, status, n in rows}
 
     async def latest(self, task_uuid: str, kind: str) -> Job | None:
         """The newest job of this kind for the task."""
@@ -201,3 +192,13 @@ class JobQueue:
             )
         if not getattr(updated, "rowcount", 0):
             log.warning("job %d: its lease ran out and another run took it over", job.id)
+
+
+async def count_active(session: AsyncSession) -> dict[tuple[str, str], int]:
+    """Queued and running jobs by (kind, status)."""
+    rows = await session.execute(
+        select(Job.kind, Job.status, func.count())
+        .where(Job.status.in_(ACTIVE))
+        .group_by(Job.kind, Job.status)
+    )
+    return {(str(kind), str(status)): int(n) for kind, status, n in rows}

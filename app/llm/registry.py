@@ -19,7 +19,7 @@ from app.llm.ollama import OllamaBackend
 from app.llm.openai import OpenAIBackend
 from app.observability.metrics import Metrics
 
-__all__ = ["BACKEND_KINDS", "DEFAULT_BACKEND", "build_backends", "make_backend"]
+__all__ = ["BACKEND_KINDS", "build_backends", "make_backend"]
 
 log = logging.getLogger("app.llm")
 

@@ -3,8 +3,8 @@
 One :class:`Metrics` per app, with its own registry: nothing is registered globally, so several
 apps in one process (the tests) never mix their samples. Counters and histograms are moved by
 the code they measure; the gauges that describe the database (tasks by status, the job queue)
-are filled by :meth:`Metrics.refresh` at scrape time. With several uvicorn workers, each
-process counts its own requests: a scrape sees the worker that answered it.
+are filled by :meth:`Metrics.set_counts` when ``GET /metrics`` is scraped. With several uvicorn
+workers, each process counts its own requests: a scrape sees the worker that answered it.
 """
 
 import functools

@@ -16,7 +16,7 @@ from app.auth.dependencies import require_unscoped
 from app.config import Settings
 from app.context.store import ContextStore
 from app.db.engine import Database
-from app.jobs.queue import ACTIVE, JobQueue
+from app.jobs.queue import ACTIVE, count_active
 from app.jobs.runner import JobRunner
 from app.lifecycle import TaskStatus
 from app.observability.metrics import CONTENT_TYPE, JobCounts, Metrics, TaskCounts
@@ -25,7 +25,6 @@ from app.tasks.repository import count_by_status
 ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorResponse"}
 
 DbDep = Annotated[Database, service("db")]
-JobsDep = Annotated[JobQueue, service("jobs")]
 MetricsDep = Annotated[Metrics, service("metrics")]
 RunnerDep = Annotated[JobRunner, service("runner")]
 SettingsDep = Annotated[Settings, service("settings")]
@@ -118,14 +117,12 @@ context_messages_appended_total 418.0
         },
     },
 )
-async def metrics(
-    db: DbDep, jobs: JobsDep, app_metrics: MetricsDep, runner: RunnerDep
-) -> PrometheusResponse:
+async def metrics(db: DbDep, app_metrics: MetricsDep, runner: RunnerDep) -> PrometheusResponse:
     """Prometheus metrics: request latency by route, tasks by status, job queue depth, appended
     messages, compactions and their duration, chat backend latency and errors. Counters are
     this process's (with several workers, the one that answers the scrape)."""
-    async with db.reader() as session:
+    async with db.reader() as session, session.begin():  # one snapshot for both
         tasks = TaskCounts(await count_by_status(session), get_args(TaskStatus))
-    active = JobCounts(await jobs.active_counts(), runner.handlers, ACTIVE)
+        active = JobCounts(await count_active(session), runner.handlers, ACTIVE)
     app_metrics.set_counts(tasks, active)
     return PrometheusResponse(app_metrics.render())

@@ -63,7 +63,7 @@ class Assembly:
 
     @property
     def pinned_line(self) -> bytes | None:
-        """The task's pinned plan, for the root's payload only (see TaskService.context_tokens)."""
+        """The task's pinned plan, for the root's payload only (see Budgets.context_tokens)."""
         return None if self.context.thread_id else pinned_line(self.context.task)
 
     @property

@@ -35,7 +35,11 @@ async def finished_before(
             or_(Task.completed_at > at, and_(Task.completed_at == at, Task.uuid > last))
         )
     rows = await session.execute(query.order_by(Task.completed_at, Task.uuid).limit(limit))
-    return [(uuid, completed_at) for uuid, completed_at in rows if completed_at is not None]
+    found = []
+    for uuid, completed_at in rows:
+        assert completed_at is not None  # the query selects finished tasks only
+        found.append((uuid, completed_at))
+    return found
 
 
 async def completion(session: AsyncSession, task_uuid: str) -> tuple[str, datetime | None] | None:

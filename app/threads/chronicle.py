@@ -12,14 +12,12 @@ digest, as final summaries do: an ended thread always gets its chronicle.
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.budgets.windows import descendants_of
 from app.config import EXTRACTIVE
 from app.context.files import ContextFiles, History
-from app.context.records import HeadState
-from app.context.store import SERVICE_KEY, ContextStore, LockedTask
+from app.context.store import SERVICE_KEY, AfterCommit, ContextStore
 from app.db.models import Job, Thread
 from app.errors import Conflict, ErrorCode
 from app.jobs.queue import JobDeferred, JobQueue
@@ -58,7 +56,7 @@ class ChronicleWriter:
         store: ContextStore,
         summarizer: Summarizer,
         jobs: JobQueue,
-        schedule_condense: Callable[[LockedTask, HeadState, HeadState], Awaitable[bool]],
+        condense_trigger: AfterCommit,
         *,
         max_tokens: int,
     ) -> None:
@@ -66,7 +64,7 @@ class ChronicleWriter:
         self.db = store.db
         self.summarizer = summarizer
         self.jobs = jobs
-        self.schedule_condense = schedule_condense  # an embedding may cross the threshold
+        self.condense_trigger = condense_trigger  # an embedding may cross the threshold
         self.max_tokens = max_tokens
 
     async def write(self, job: Job) -> dict[str, Any]:
@@ -130,7 +128,7 @@ class ChronicleWriter:
             text = await self.summarizer.summarize(
                 iter(history), EXTRACTIVE, prompt=prompt, max_tokens=self.max_tokens
             )
-            return text.strip(), f"extractive (after {exc.backend} failed)"
+            return text.strip(), f"{EXTRACTIVE} (after {exc.backend} failed)"
 
     async def _embed(self, task_uuid: str, thread: Thread, chronicle: str) -> bool | str:
         """The chronicle's embedding in the parent, ended or not (its chronicle is written
@@ -163,7 +161,7 @@ class ChronicleWriter:
                 if exc.code == ErrorCode.TOOL_RESULTS_PENDING:
                     raise EmbeddingDeferred(str(exc)) from exc
                 raise
-        await self.schedule_condense(parent, before, after)
+        await self.condense_trigger(parent, before, after)
         return True
 
 
