@@ -42,7 +42,6 @@ class Inherited:
 class InheritanceService:
     def __init__(self, store: ContextStore, jobs: JobQueue, *, wait_s: float) -> None:
         self.store = store
-        self.db = store.db
         self.jobs = jobs
         self.wait_s = wait_s
 
@@ -53,7 +52,7 @@ class InheritanceService:
 
     async def candidates(self, key: TaskKey, user: str | None, limit: int) -> list[Task]:
         """Finished tasks with this key and user, newest completion first."""
-        async with self.db.reader() as session:
+        async with self.store.db.reader() as session:
             return await repository.finished_runs(session, key, user, limit)
 
     async def prepare(

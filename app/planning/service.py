@@ -46,7 +46,6 @@ class PlanningService:
     ) -> None:
         self.journal = journal
         self.store = store
-        self.db = store.db
         self.budgets = budgets
         self.condense_if_crossed = condense_if_crossed
 
@@ -69,7 +68,7 @@ class PlanningService:
         content, (openai, others) = await asyncio.to_thread(
             self._message, task, entry, planning, limit
         )
-        async with self.db.transaction() as session:
+        async with self.store.db.transaction() as session:
             await repository.set_pinned_plan(session, task.uuid, content, openai, others)
         values = {"pinned_plan": content, "plan_tokens": openai, "format_plan_tokens": others}
         # A larger plan may take the payload over the threshold, as an append may.

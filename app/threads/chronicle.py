@@ -61,7 +61,6 @@ class ChronicleWriter:
         max_tokens: int,
     ) -> None:
         self.store = store
-        self.db = store.db
         self.summarizer = summarizer
         self.jobs = jobs
         self.condense_trigger = condense_trigger  # an embedding may cross the threshold
@@ -104,7 +103,7 @@ class ChronicleWriter:
     async def _keep(self, job: Job, chronicle: str) -> str:
         """Store the chronicle unless a run whose lease lapsed stored one first; the stored
         one (what is embedded must not change between runs)."""
-        async with self.db.transaction() as session:
+        async with self.store.db.transaction() as session:
             stored = await repository.keep_chronicle(
                 session, job.task_uuid, job.thread_id, chronicle
             )

@@ -42,7 +42,6 @@ class ThreadService:
         settings: Settings,
     ) -> None:
         self.store = store
-        self.db = store.db
         self.condense_trigger = condense_trigger
         self.jobs = jobs
         self.settings = settings
@@ -124,7 +123,7 @@ class ThreadService:
                 for t in chronicled
                 if threads[t].message_count
             ]
-            async with self.db.transaction() as session:
+            async with self.store.db.transaction() as session:
                 for row in await repository.threads_of(session, task_uuid, [*active, thread_id]):
                     row.status = outcome if row.thread_id == thread_id else "aborted"
                     row.completed_at = now
@@ -157,7 +156,7 @@ class ThreadService:
     async def tree(self, task_uuid: str) -> ThreadOut:
         """The root context (thread 0) with its threads nested under their parents."""
         await self.store.flush([task_uuid])  # message counts, with every acknowledged append
-        async with self.db.reader() as session:
+        async with self.store.db.reader() as session:
             task = await session.get(Task, task_uuid)
             if task is None:
                 raise TaskNotFound(task_uuid)
