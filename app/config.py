@@ -232,7 +232,20 @@ class CompactionSettings(_Group):
         "context is under this share of its threshold: room for several turns before the next "
         "one, so the prompt's prefix (the provider's cache) is not broken turn after turn.",
     )
-    keep_recent: int = Field(5, ge=1, description="Messages a condense always keeps at the end.")
+    max_message_share: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="The most of the context's budget one message may take: a larger one is cut "
+        "in the middle as soon as it is appended (at the end of the payload, where the cut costs "
+        "the prompt cache nothing), and an elision cuts a message at least down to it.",
+    )
+    keep_recent: int = Field(
+        5,
+        ge=1,
+        description="Messages a condense keeps at the end: fewer when they would keep the "
+        "context over relief_share of its threshold (at least the newest).",
+    )
     min_to_compress: int = Field(5, ge=1, description="Fewer messages than this: no condense.")
     condense_prompt: str = Field(
         "",

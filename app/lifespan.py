@@ -15,7 +15,8 @@ from app.compaction.service import CompactionService
 from app.compaction.trigger import CondenseTrigger
 from app.config import Settings
 from app.context.reconcile import reconcile
-from app.context.store import ContextStore
+from app.context.records import HeadState
+from app.context.store import ContextStore, LockedTask
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
 from app.db.models import Job
@@ -81,7 +82,12 @@ def build_services(
     metrics = Metrics()
     jobs = JobQueue(db, max_attempts=settings.job.max_attempts, lease_s=settings.job.lease_s)
     budgets = Budgets(settings, counting)
-    trigger = CondenseTrigger(budgets, jobs)
+
+    # The store calls the trigger after each commit, and the trigger compacts through a
+    # service built on the store: the call resolves ``trigger``, made below, when it happens.
+    async def after_commit(context: LockedTask, before: HeadState, after: HeadState) -> bool:
+        return await trigger.after_append(context, before, after)
+
     store = ContextStore(
         db=db,
         layout=layout,
@@ -89,7 +95,7 @@ def build_services(
         counting=counting,
         settings=settings,
         on_damaged_files=metrics.damaged_files.inc,
-        after_commit=trigger.after_append,
+        after_commit=after_commit,
     )
     backends = build_backends(settings, http, metrics)
     inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance.wait_s)
@@ -104,6 +110,7 @@ def build_services(
         max_tokens=settings.compaction.summary_max_tokens,
     )
     compaction = CompactionService(store, budgets, summarizer, settings, metrics=metrics)
+    trigger = CondenseTrigger(budgets, jobs, compaction)
     final_summaries = FinalSummaryService(
         store,
         summarizer,

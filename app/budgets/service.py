@@ -61,6 +61,11 @@ class Budgets:
         """The budget of one context: the task's, or a thread's share of it."""
         return self.budget(context.task).share(chain_ratios(context.thread_id, context.threads))
 
+    def message_cap(self, context: LockedTask) -> int:
+        """The most one message of a context may cost: ``max_message_share`` of its budget."""
+        share = self.settings.compaction.max_message_share
+        return int(self.context_budget(context).allowed * share)
+
     def context_tokens(self, context: LockedTask, head: HeadState, fmt: str) -> int:
         """Counted tokens of a context's own payload in ``fmt``: a thread's carries no pinned
         plan (the task's plan is the root's; a thread works on what it was given)."""

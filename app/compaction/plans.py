@@ -120,8 +120,11 @@ def kept_instruction(entries: list[Entry]) -> Entry | None:
 
 def plan_mask(entries: list[Entry], *, keep_tool_results: int) -> list[int]:
     """Indexes of the tool results to mask: every one not masked yet but the newest
-    ``keep_tool_results`` (results still open to the model's next step stay whole)."""
-    results = [i for i, e in enumerate(entries) if e.role == "tool" and not e.marker]
+    ``keep_tool_results`` (results still open to the model's next step stay whole); a result
+    an elision cut counts as one."""
+    results = [
+        i for i, e in enumerate(entries) if e.role == "tool" and e.marker in (None, "elision")
+    ]
     older = results[: max(0, len(results) - keep_tool_results)]
     return [i for i in older if not entries[i].masked]
 
@@ -134,11 +137,19 @@ def _pair_safe(entries: list[Entry], start: int, end: int) -> Span:
     return Span(start, end)
 
 
-def plan_condense(entries: list[Entry], *, keep_recent: int, min_to_compress: int) -> Span | Skip:
+def plan_condense(
+    entries: list[Entry], *, keep_recent: int, min_to_compress: int, room: int | None = None
+) -> Span | Skip:
     """Condense, as Roo Code's summarizeConversation: keep the head and the last
-    ``keep_recent`` entries."""
+    ``keep_recent`` entries; fewer when they cost more than ``room`` tokens (what the context
+    may keep beside its head and the summary and still leave room for the next turns), but
+    always the newest."""
     head = head_length(entries)
-    span = _pair_safe(entries, head, max(head, len(entries) - keep_recent))
+    kept = min(keep_recent, len(entries) - head)
+    if room is not None:
+        while kept > 1 and sum(e.tokens for e in entries[len(entries) - kept :]) > room:
+            kept -= 1
+    span = _pair_safe(entries, head, max(head, len(entries) - kept))
     if any(e.marker == "condense" for e in entries[span.end :]):
         return Skip("recently_condensed")
     if span.end - span.start < min_to_compress:

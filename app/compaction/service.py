@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, BinaryIO, Literal, cast
 
 import orjson
@@ -57,6 +58,9 @@ MAX_FIT_ROUNDS = 64
 # A step freeing less than this share of what is over the budget has stalled: the messages
 # left to cut are cut to their bones already, or those left to hide are small.
 STALLED_SHARE = 0.1
+CUT_MARGIN, CUT_SLACK = 1.1, 64  # an elision cuts 10% and 64 tokens more than it must
+# Messages of one append cut to the message cap (a batch of large tool results, say).
+MAX_CAPS_PER_APPEND = 16
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
 MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
 MAX_PLACEHOLDER_ERRORS = 3  # error lines (grouped) a masked result's placeholder keeps
@@ -188,11 +192,7 @@ class CompactionService:
                 fmt = fmt or native_format(locked.task.llm_provider)
                 head, entries, files = await self._index(locked, fmt)
                 before = self.budgets.context_tokens(locked, head, fmt)
-                plan = plans.plan_condense(
-                    entries,
-                    keep_recent=self.settings.compaction.keep_recent,
-                    min_to_compress=self.settings.compaction.min_to_compress,
-                )
+                plan = self._plan_condense(locked, entries, before, fmt, explicit=explicit)
                 if isinstance(plan, Skip):
                     return Outcome("skipped", before, before, reason=plan.reason)
                 span = [e.position for e in entries[plan.start : plan.end]]
@@ -236,6 +236,30 @@ class CompactionService:
                 self.summarizer.describe(backend),
                 explicit=explicit,
             )
+
+    def _plan_condense(
+        self, locked: LockedTask, entries: list[Entry], tokens: int, fmt: str, *, explicit: bool
+    ) -> Span | Skip:
+        """The condense to do: the newest messages kept are those that fit, beside the head
+        and a summary as large as it may be, under ``relief_share`` of the threshold (room for
+        several turns before the next compaction: each one moves the payload's prefix). One
+        asked for through the API keeps ``keep_recent``, as asked."""
+        settings = self.settings.compaction
+        if explicit:
+            return plans.plan_condense(
+                entries, keep_recent=settings.keep_recent, min_to_compress=settings.min_to_compress
+            )
+        relief = int(self.budgets.context_budget(locked).threshold * settings.relief_share)
+        head = plans.head_length(entries)
+        # What the context costs beside its entries (a pinned plan, tools), and its head.
+        fixed = tokens - sum(e.tokens for e in entries[head:])
+        summary = self._summary_limit(locked, fmt, 0).tokens
+        return plans.plan_condense(
+            entries,
+            keep_recent=settings.keep_recent,
+            min_to_compress=settings.min_to_compress,
+            room=relief - fixed - summary,
+        )
 
     def _summary_limit(self, locked: LockedTask, fmt: str, messages: int) -> SummaryLimit:
         """What the summary may cost: ``summary_max_share`` of the budget, less its heading
@@ -305,10 +329,17 @@ class CompactionService:
             if not chosen:
                 return Outcome("skipped", before, before, reason="nothing_to_mask")
             costs = self.store.costs(locked.task)
-            masks = await asyncio.to_thread(
-                _masks, files, head.messages_bytes, [entries[i].seq for i in chosen], costs
-            )
-            original = sum(entries[i].tokens for i in chosen)
+            shown = {entries[i].position: entries[i].tokens for i in chosen}
+            masks = await asyncio.to_thread(_masks, files, head.messages_bytes, list(shown), costs)
+            # A result cut to less than its placeholder would cost stays as it is.
+            masks = [
+                m
+                for m in masks
+                if in_format(m["tokens"], m["format_tokens"], fmt) < shown[m["seq"]]
+            ]
+            if not masks:
+                return Outcome("skipped", before, before, reason="nothing_to_mask")
+            original = sum(shown[m["seq"]] for m in masks)
             placeholders = sum(in_format(m["tokens"], m["format_tokens"], fmt) for m in masks)
             gain = original - placeholders
             floor = 1 if explicit else self.settings.compaction.mask_min_tokens
@@ -396,14 +427,80 @@ class CompactionService:
             costs = self.store.costs(locked.task)
             # Reading and counting large messages: off the event loop.
             found = await asyncio.to_thread(
-                _elision, files, head.messages_bytes, entries, costs, excess, fmt
+                partial(_elision, cap=self.budgets.message_cap(locked)),
+                files,
+                head.messages_bytes,
+                entries,
+                costs,
+                excess,
+                fmt,
             )
             if found is None:
                 return Outcome("skipped", before, before, reason="nothing_to_elide")
-            index, marker, cost = found
-            span = Span(index, index + 1)
-            record = self._summary_record("elision", entries, span, "", fmt, cost)
-            return await self._commit(locked, head, files, marker, record, span, entries, cost)
+            return await self._commit_elision(locked, head, files, entries, found, fmt)
+
+    async def cap(self, task_uuid: str, after_seq: int, *, thread_id: int = 0) -> Outcome | None:
+        """Cut each message appended after ``after_seq`` that costs more than the context's
+        message cap down to it, the largest first; return the last cut (None: none was).
+
+        Done as the append commits, so the first payload that shows such a message shows it
+        cut, at its end, where cutting moves no prefix a provider has cached (cut later, from
+        the middle of the payload, it would). Only the task lock is taken: an append may wait
+        for this, never for a condense's summariser."""
+        last = None
+        for _ in range(MAX_CAPS_PER_APPEND):
+            step = await self._cap_largest(task_uuid, after_seq, thread_id)
+            if step.kind == "skipped":
+                break
+            last = step
+        return last
+
+    @timed_compaction
+    async def _cap_largest(self, task_uuid: str, after_seq: int, thread_id: int) -> Outcome:
+        async with self.store.locked(task_uuid, thread_id) as locked:
+            fmt = native_format(locked.task.llm_provider)
+            head, entries, files = await self._index(locked, fmt)
+            before = self.budgets.context_tokens(locked, head, fmt)
+            try:
+                self._require_running(locked)
+            except (TaskNotWritable, ThreadNotActive):  # ended since: the append stands as is
+                return Outcome("skipped", before, before, reason="not_running")
+            cap = self.budgets.message_cap(locked)
+            over = [
+                i
+                for i, e in enumerate(entries)
+                if e.seq > after_seq and e.marker is None and e.tokens > cap
+            ]
+            if not over:
+                return Outcome("skipped", before, before, reason="nothing_to_cap")
+            largest = max(over, key=lambda i: entries[i].tokens)
+            costs = self.store.costs(locked.task)
+            found = await asyncio.to_thread(
+                partial(_elision, cap=cap, only=largest),
+                files,
+                head.messages_bytes,
+                entries,
+                costs,
+                0,
+                fmt,
+            )
+            if found is None:
+                return Outcome("skipped", before, before, reason="nothing_to_elide")
+            return await self._commit_elision(locked, head, files, entries, found, fmt)
+
+    async def _commit_elision(
+        self,
+        locked: LockedTask,
+        head: HeadState,
+        files: ContextFiles,
+        entries: list[Entry],
+        found: tuple[int, Marker, tuple[int, FormatTokens]],
+        fmt: str,
+    ) -> Outcome:
+        index, marker, cost = found
+        span = Span(index, index + 1)
+        record = self._summary_record("elision", entries, span, "", fmt, cost)
+        return await self._commit(locked, head, files, marker, record, span, entries, cost)
 
     async def fit(
         self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
@@ -548,11 +645,7 @@ class CompactionService:
             if tokens < budget.threshold:  # the usual case: no need to index the context
                 return {"action": "none"}
             _, entries, _ = await self._index(locked, fmt)
-        condense = plans.plan_condense(
-            entries,
-            keep_recent=self.settings.compaction.keep_recent,
-            min_to_compress=self.settings.compaction.min_to_compress,
-        )
+            condense = self._plan_condense(locked, entries, tokens, fmt, explicit=False)
         if isinstance(condense, Span):
             return {"action": "condense", **_describe(condense, entries)}
         if tokens <= budget.allowed:
@@ -741,8 +834,13 @@ def _elision(
     costs: TokenCosts,
     excess: int,
     fmt: str,
+    *,
+    cap: int,
+    only: int | None = None,
 ) -> tuple[int, Marker, tuple[int, FormatTokens]] | None:
-    """The entry to elide, its elision marker and the marker's cost; None if none gains.
+    """The entry to elide (``only`` that one), its elision marker and the marker's cost; None
+    if none gains. A message is cut by ``excess`` and at least down to ``cap`` (one deep cut,
+    not a shave at every turn, each moving the payload's prefix); a summary by ``excess``.
 
     Group by group of ``plans.elision_order``: contents first, a tool call's arguments (a file
     written, say) only when no content of the group can give way. A cut tool output keeps the
@@ -750,7 +848,7 @@ def _elision(
     group gives way (an error is what an agent most needs again).
     """
     shown = ShownRecords(files, end, entries)
-    groups = plans.elision_order(entries, minimum=64)
+    groups = plans.elision_order(entries, minimum=64) if only is None else ([only], [])
     attempts = []
     for group in groups:  # contents, with a cut output's lost error lines; then arguments
         attempts += [(i, True, False) for i in group]
@@ -764,7 +862,10 @@ def _elision(
         keeps = keep_errors and _keeps_errors(entry)
         # Cut from the message as posted: what an earlier elision already took, and the
         # excess.
-        cut = excess + max(0, record_tokens(original, fmt) - entry.tokens)
+        deep = excess
+        if entry.marker not in plans.MEMORY_KINDS:
+            deep = max(excess, _excess_to_keep(entry.tokens, cap))
+        cut = deep + max(0, record_tokens(original, fmt) - entry.tokens)
         message = _shortened(costs.counter, original, cut, arguments, keeps)
         if message is None:
             continue
@@ -879,13 +980,14 @@ def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
 
 
 def elided(counter: TextCounter, content: Any, excess: int) -> str:
-    """The content with its middle cut so that about ``excess`` (+10%) tokens go, keeping at
-    least ``ELIDED_TEXT_TOKENS`` of its start and end."""
+    """The content with its middle cut so that about ``excess`` (+10%, +64) tokens go, keeping
+    at least ``ELIDED_TEXT_TOKENS`` of its start and end (the margin: characters per token
+    vary along a text)."""
     text = content_text(content, non_text=stand_in)
     tokens = max(1, content_tokens(counter, text))
     chars_per_token = len(text) / tokens
     kept = int(plans.ELIDED_TEXT_TOKENS * chars_per_token)
-    cut = min(len(text) - kept, int((excess * 1.1 + 64) * chars_per_token))
+    cut = min(len(text) - kept, int((excess * CUT_MARGIN + CUT_SLACK) * chars_per_token))
     if cut <= 0:
         return text
     start = (len(text) - cut) * 2 // 3  # a message's start says most of what it is
@@ -893,18 +995,28 @@ def elided(counter: TextCounter, content: Any, excess: int) -> str:
     return text[:start] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - end :]
 
 
+def _excess_to_keep(tokens: int, kept: int) -> int:
+    """The excess for which ``elided`` leaves a little under ``kept`` of ``tokens`` (its
+    margin, meant to free at least an excess, would cut a deep cut far below ``kept``)."""
+    return max(0, int((tokens - kept) / CUT_MARGIN))
+
+
 def _masks(files: ContextFiles, end: int, seqs: list[int], costs: TokenCosts) -> list[MaskedResult]:
-    """What replaces each of these tool results: a placeholder naming the call, the output's
-    size and its seq, with the placeholder's costs."""
+    """What replaces each of these tool results (by seq, as posted): a placeholder naming the
+    call, the output's size and its seq, with the placeholder's costs."""
     wanted = set(seqs)
     calls: dict[str, dict[str, Any]] = {}
     masks: list[MaskedResult] = []
-    with open(files.messages, "rb") as f:
+    with open(files.messages, "rb") as f, open(files.messages, "rb") as originals:
         for record in visible_records(f, end, masked=False):
             for call in record.get("tool_calls") or ():
                 calls[call["id"]] = call["function"]
-            if record["seq"] not in wanted:
+            if position(record) not in wanted:
                 continue
+            if is_marker(record):  # a result an elision cut: the placeholder tells the original
+                found = record_at(originals, position(record), end)
+                assert found is not None
+                record = found
             function = calls.get(record["tool_call_id"], {})
             content = mask_placeholder(record, function)
             masked = openai_message(record) | {"content": content}

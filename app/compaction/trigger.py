@@ -1,8 +1,10 @@
-"""When a context's growth calls for a background condense: the threshold crossed, or the
-budget exceeded. Given to the store (after each group commit), to planning (a pinned plan
-that grew) and to threads (a parent that took a thread's result)."""
+"""What a context's growth calls for: a message over the cap cut at once, and a background
+condense when the threshold is crossed or the budget exceeded. Given to the store (after each
+group commit), to planning (a pinned plan that grew) and to threads (a parent that took a
+thread's result)."""
 
 from app.budgets.service import Budgets
+from app.compaction.service import CompactionService
 from app.context.records import HeadState
 from app.context.store import LockedTask
 from app.formats import native_format
@@ -10,16 +12,24 @@ from app.jobs.queue import JobQueue
 
 
 class CondenseTrigger:
-    def __init__(self, budgets: Budgets, jobs: JobQueue) -> None:
+    def __init__(self, budgets: Budgets, jobs: JobQueue, compaction: CompactionService) -> None:
         self.budgets = budgets
         self.jobs = jobs
+        self.compaction = compaction
 
     async def after_append(self, context: LockedTask, before: HeadState, after: HeadState) -> bool:
-        """Queue a condense when an append (``before`` -> ``after``) crosses the context's
-        threshold; return whether one was queued."""
+        """Cut what the append (``before`` -> ``after``) brought over the message cap; queue a
+        condense when it crossed the context's threshold; return whether one was queued."""
         fmt = native_format(context.task.llm_provider)
         old = self.budgets.context_tokens(context, before, fmt)
-        return await self.if_crossed(context, old, self.budgets.context_tokens(context, after, fmt))
+        new = self.budgets.context_tokens(context, after, fmt)
+        if new - old > self.budgets.message_cap(context):  # no need to look when less came
+            cut = await self.compaction.cap(
+                context.task.uuid, before.last_seq, thread_id=context.thread_id
+            )
+            if cut is not None:
+                new = cut.tokens_after
+        return await self.if_crossed(context, old, new)
 
     async def if_crossed(self, context: LockedTask, old: int, new: int) -> bool:
         """Queue a condense when a context's payload went from ``old`` to ``new`` tokens (in

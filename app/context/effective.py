@@ -8,7 +8,9 @@
   So a later compaction over a span that contains an earlier marker hides that marker too.
 - a ``mask`` marker {masks: [{seq, content, tokens, format_tokens}]} replaces the content of
   earlier tool results with a one-line placeholder (and their costs with the placeholder's); the
-  result stays where it was, paired with its call. It renders nowhere itself.
+  result stays where it was, paired with its call. It renders nowhere itself. A tool result an
+  elision cut (a marker hiding that one seq) is masked the same way: the placeholder replaces
+  the cut content.
 - a ``rewind`` marker {to_seq, include_target} removes every record whose seq lies between the
   cut (to_seq, or to_seq + 1 with include_target) and the rewind itself: messages, and the
   compactions and masks made after the cut (whose hidden records come back whole).
@@ -107,7 +109,10 @@ def plan(markers: Iterable[dict[str, Any]]) -> Plan:
             continue
         if marker["marker"] == MASK:
             for mask in marker["masks"]:
-                result.masks[mask["seq"]] = mask | {MASKED_BY: marker["seq"]}
+                # What a masked record takes: all but the seq, which it keeps (a cut result's
+                # marker has its own).
+                replacing = {key: value for key, value in mask.items() if key != "seq"}
+                result.masks[mask["seq"]] = replacing | {MASKED_BY: marker["seq"]}
         if marker["marker"] not in COMPACTION_KINDS:
             continue
         low, high = marker["hides"]
@@ -130,11 +135,27 @@ def visible(
             continue
         seq = record["seq"]
         while next_marker is not None and position(next_marker) <= seq:
-            yield next_marker
+            yield _shown(next_marker, active, masked)
             next_marker = next(pending, None)
         if not active.is_removed(seq) and not active.is_hidden(seq):
-            mask = active.masks.get(seq) if masked else None
-            yield record if mask is None else record | mask
+            yield _shown(record, active, masked)
     while next_marker is not None:
-        yield next_marker
+        yield _shown(next_marker, active, masked)
         next_marker = next(pending, None)
+
+
+def _shown(record: dict[str, Any], active: Plan, masked: bool) -> dict[str, Any]:
+    """A visible record as shown: masked if a mask replaces it (a message by its seq, a cut
+    message's elision marker by the one seq it hides, if the mask came after the cut: a later
+    elision cut the placeholder itself)."""
+    if not masked:
+        return record
+    if not is_marker(record):
+        mask = active.masks.get(record["seq"])
+    elif record["marker"] == "elision" and record["hides"][0] == record["hides"][1]:
+        mask = active.masks.get(record["hides"][0])
+        if mask is not None and mask[MASKED_BY] < record["seq"]:
+            mask = None
+    else:
+        mask = None
+    return record if mask is None else record | mask

@@ -68,6 +68,9 @@ CHARS_PER_TOKEN = 4  # where a digest sized in tokens starts
 MAX_RESIZES = 4
 EARLIER_MIN = 80  # an earlier summary cut shorter than this says nothing: it is left out
 MIN_ROOT_SAVING = 150
+# A user request is cut no shorter than this: its first 200 or so characters (two thirds of
+# what a middle cut keeps) say what was asked.
+USER_MIN = 360
 
 
 @dataclass
@@ -145,6 +148,35 @@ class EarlierSection(Section):
                 chosen.add(index)
                 room -= len(items[index]) + 3
         return Section(self.title, items, self.ranks, self.dropped, self.dropped_at)._lines(chosen)
+
+
+@dataclass
+class RequestsSection(Section):
+    """User requests: the longest are cut in the middle, to one length, before any is left
+    out (each is an instruction the agent must still follow; its start says what was asked)."""
+
+    @classmethod
+    def of(cls, section: Section) -> "RequestsSection":
+        return cls(section.title, section.items, section.ranks, section.dropped, section.dropped_at)
+
+    def fit(self, budget: int) -> list[str]:
+        room = budget - len(self.title) - 2
+        if self.dropped:
+            room -= len(_more_line(len(self.items) + self.dropped)) + 1
+        lengths = [len(item) for item in self.items]
+        if room < 0 or sum(length + 3 for length in lengths) <= room:
+            return super().fit(budget)
+        # The longest length every item may keep with all of them shown, but not below the
+        # floor (then the lowest ranked are left out, as in any section).
+        low, high = USER_MIN, max(lengths)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if sum(min(length, middle) + 3 for length in lengths) <= room:
+                low = middle
+            else:
+                high = middle - 1
+        items = [cut_middle_within(item, low) if len(item) > low else item for item in self.items]
+        return Section(self.title, items, self.ranks, self.dropped, self.dropped_at).fit(budget)
 
 
 @dataclass
@@ -294,7 +326,7 @@ def _sections(state: DigestState, root: str | None) -> dict[str, Section]:
     return {
         KEPT_TITLE: Section(KEPT_TITLE, kept, list(range(len(kept)))),
         EARLIER: EarlierSection.of(_stream_section(EARLIER, state.earlier, short)),
-        USER_REQUESTS: _stream_section(USER_REQUESTS, state.users, short),
+        USER_REQUESTS: RequestsSection.of(_stream_section(USER_REQUESTS, state.users, short)),
         "Assistant notes": _stream_section("Assistant notes", state.notes, short),
         "Tool calls": _stream_section("Tool calls", state.calls, short_call),
         ERRORS: _errors_section(state.errors, short),

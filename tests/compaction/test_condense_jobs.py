@@ -343,7 +343,9 @@ async def test_request_after_a_background_condense_brought_it_under_budget_does_
     texts = [m["content"] for m in response.json()["messages"]]
     assert texts[1] == turns[0]["content"]
     assert "Background summary of src/mod_3.py." in texts[2]
-    assert texts[3:] == [t["content"] for t in turns[-5:]]
+    kept = texts[3:]  # the newest turns, as many as leave room for the next ones
+    assert kept
+    assert kept == [t["content"] for t in turns[-len(kept) :]]
     assert len(fake_llm.requests) == 1
 
 

@@ -7,7 +7,8 @@ production: background condense jobs after appends, and synchronous compaction i
 
 Every /request must be 200, within the budget, valid for the OpenAI request schema and the
 openai SDK, with tool pairing intact; every compaction recorded in /summaries made the context
-smaller; and the number of compactions stays bounded (no compaction loop).
+smaller; and the number of compactions stays bounded (no compaction loop): a few per batch,
+beside one cut of each message larger than the message cap.
 """
 
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
+from app.config import CompactionSettings, Settings
 from tests.support.corpus import corpus_messages
 from tests.support.paths import CORPUS
 from tests.support.schemas import assert_tool_pairing, validate_openai_request
@@ -27,6 +28,7 @@ LONGEST = [p.name for p in sorted(CORPUS.glob("*.jsonl"), key=lambda p: -p.stat(
 BATCH = 10
 WINDOWS = {8000: 1000, 32000: 4000}  # context_length -> max_output_tokens
 MAX_COMPACTIONS_PER_BATCH = 3
+MESSAGE_SHARE = CompactionSettings().max_message_share
 
 
 @pytest.fixture
@@ -80,7 +82,13 @@ async def test_corpus_replay_stays_within_budget(
     summaries = await all_summaries(client, uuid)
     count = task["statistics"]["compression_count"]
     assert count == len(summaries)
-    assert count <= batches * MAX_COMPACTIONS_PER_BATCH
+    # Beyond one cut of each message over the cap (as it was appended, or when it first had
+    # to give way), a batch costs a few compactions at most.
+    cap = int(budget * MESSAGE_SHARE)
+    capped = {
+        s["start_seq"] for s in summaries if s["kind"] == "elision" and s["original_tokens"] > cap
+    }
+    assert count - len(capped) <= batches * MAX_COMPACTIONS_PER_BATCH
     for summary in summaries:
         assert summary["summary_tokens"] < summary["original_tokens"], summary["id"]
         assert summary["tokens_saved"] == summary["original_tokens"] - summary["summary_tokens"]

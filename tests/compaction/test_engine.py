@@ -26,8 +26,12 @@ from tests.support.tasks import SYSTEM_PROMPT, all_messages, append, new_task, t
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
     """The seed 000 heuristic (characters / 4): these tests work out token counts by hand.
-    Exact counting has its own tests (tests/tokens, tests/payloads)."""
-    return Settings(context_dir=context_dir, token_counter="heuristic")
+    Exact counting has its own tests (tests/tokens, tests/payloads). No message cap: these
+    tests are about what each compaction does when asked; the cap, which cuts a large message
+    as it is appended, has its own (test_message_cap.py)."""
+    return Settings(
+        context_dir=context_dir, token_counter="heuristic", compaction={"max_message_share": 1.0}
+    )
 
 
 Message = dict[str, Any]

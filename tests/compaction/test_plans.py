@@ -278,6 +278,22 @@ def conversations(draw: st.DrawFn) -> str:
     return spec
 
 
+def test_condense_keeps_fewer_recent_messages_when_they_would_not_leave_room() -> None:
+    """Large recent messages: a condense keeps only as many of the last ``keep_recent`` as fit
+    in ``room``, and always the newest (with its call, when it is a tool result)."""
+    spec = "uauauauauaua"
+    sizes = [10] * 8 + [500, 10, 500, 10]
+    assert plan_condense(entries(spec, sizes), keep_recent=4, min_to_compress=2) == Span(1, 8)
+    assert plan_condense(entries(spec, sizes), keep_recent=4, min_to_compress=2, room=519) == Span(
+        1, 10
+    )
+    assert plan_condense(entries(spec, sizes), keep_recent=4, min_to_compress=2, room=0) == Span(
+        1, 11
+    )
+    calls = entries("uauaat", [10, 10, 10, 10, 10, 900])
+    assert plan_condense(calls, keep_recent=5, min_to_compress=1, room=0) == Span(1, 4)
+
+
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(conversations(), st.integers(1, 8), st.integers(1, 8))
 def test_condense_plans_are_always_pair_safe(spec: str, keep: int, minimum: int) -> None:

@@ -36,9 +36,17 @@ def settings(request: pytest.FixtureRequest, context_dir: Path) -> Settings:
     Measured on this (shared, 2-CPU) machine, that variant alone took 58-97 s with fsync "always"
     and 34-63 s with "never", which would put this file well over 60 s; so it runs with "never".
     The batch replay keeps the default "always": the durable write path still sees the corpus.
+
+    No message cap: a single tool output of 1.3M characters would be over a fifth of even this
+    window's budget, and cut as it is appended (tests/compaction/test_message_cap.py); here
+    every message must come out of the payload as it went in.
     """
     fsync = getattr(request, "param", "always")
-    return Settings(context_dir=context_dir, storage={"fsync": fsync})
+    return Settings(
+        context_dir=context_dir,
+        storage={"fsync": fsync},
+        compaction={"max_message_share": 1.0},
+    )
 
 
 def tool_call_names(messages: list[dict[str, Any]]) -> dict[str, set[str]]:

@@ -74,8 +74,17 @@ async def test_the_current_plan_survives_every_compaction(context_dir: Path) -> 
                 await add_plan(client, uuid, "revision", PLANS[1])
             plan = PLANS[1] if round_number >= 2 else PLANS[0]
             await check_payloads(client, uuid, plan)  # GET /request compacts when over budget
+        # The background condense kept only what leaves room: a few more turns to compact.
+        for round_number in range(6, 9):
+            turns = [
+                {"role": "assistant", "content": f"round {round_number} work " + "w " * 100},
+                {"role": "user", "content": f"round {round_number} result " + "r " * 100},
+            ]
+            response = await client.post(f"/tasks/{uuid}/messages", json={"messages": turns})
+            assert response.status_code == 201, response.text
         for strategy in ("condense", "truncate"):
-            await client.post(f"/tasks/{uuid}/compress", json={"strategy": strategy})
+            response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": strategy})
+            assert response.json()["kind"] != "skipped", response.text
             await check_payloads(client, uuid, PLANS[1])
         summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
         assert {s["kind"] for s in summaries} >= {"condense", "truncation"}
@@ -155,7 +164,8 @@ async def test_a_plan_that_crosses_the_threshold_schedules_a_condense(context_di
         uuid = task["uuid"]
         turns = [
             {"role": "user", "content": TASK},
-            {"role": "assistant", "content": "w " * 4500},  # about 2250 tokens
+            # About 2250 tokens, each message under the message cap (a fifth of the budget).
+            *({"role": "assistant", "content": f"step {i} " + "w " * 1100} for i in range(4)),
         ]
         await client.post(f"/tasks/{uuid}/messages", json={"messages": turns})
         context = (await client.get(f"/tasks/{uuid}")).json()["context"]

@@ -311,6 +311,21 @@ def test_long_user_request_cut_in_the_middle() -> None:
     assert f"[… {cut} chars cut …]" in item
 
 
+def test_long_requests_are_cut_before_any_request_is_left_out() -> None:
+    """Twelve requests of 1,500 characters in a digest with room for about three of them
+    whole: every one is listed, the longest cut to one length, each with its start (what was
+    asked) kept."""
+    texts = [f"Request {i}: " + f"please change module {i} " * 60 for i in range(12)]
+    digest = extractive_digest([user(text) for text in texts], max_chars=6000)
+    items = listed(digest, "User requests")
+    assert len(items) == len(texts)
+    for item, text in zip(items, texts, strict=True):
+        head, _ = unquoted(item)
+        assert normalize(text).startswith(head)
+        assert len(head) >= 200
+    assert len({len(item) for item in items}) <= 2  # one length (a count's digits may differ)
+
+
 def test_root_abbreviation() -> None:
     """A directory holding many paths is named once as $ROOT; an input that itself writes
     "$ROOT" is not abbreviated."""

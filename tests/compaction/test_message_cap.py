@@ -1,0 +1,130 @@
+"""The message cap (``max_message_share`` of the budget): a larger message is cut as its append
+commits, at the end of the payload, so no later cut moves the payload's prefix (the provider's
+prompt cache); an elision cuts a message down to the cap at once rather than a little at every
+turn. Token counts here are the characters / 4 heuristic, worked out by hand."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from tests.support.payloads import payload
+from tests.support.tasks import all_messages, append, new_task, task_body
+
+ELISION_TEXT = "characters elided to fit the context window"
+INSTRUCTION = {"role": "user", "content": "Fix the failing build and explain the fix."}
+WINDOW, RESERVED = 8000, 1000
+BUDGET = int(WINDOW * 0.9) - RESERVED  # 6,200
+CAP = int(BUDGET * 0.2)  # 1,240 tokens: about 5,000 characters
+
+Message = dict[str, Any]
+
+
+@pytest.fixture
+def settings(context_dir: Path) -> Settings:
+    return Settings(context_dir=context_dir, token_counter="heuristic")
+
+
+def build_output(lines: int) -> str:
+    return "\n".join(f"line {i:05d}: compiling module {i} {'x' * 30}" for i in range(lines))
+
+
+def read_call(i: int, output: str) -> list[Message]:
+    call_id = f"call_{i}"
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "run", "arguments": json.dumps({"cmd": f"make {i}"})},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": output},
+    ]
+
+
+async def elisions(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:
+    summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
+    return [s for s in summaries if s["kind"] == "elision"]
+
+
+async def test_a_message_over_the_cap_is_cut_before_its_append_returns(
+    client: httpx.AsyncClient,
+) -> None:
+    """A 5,000-token build log in an 8k window: once its append has returned, the context
+    shows it cut to the cap (start and end kept), the payload before it unchanged; the
+    history keeps it whole."""
+    uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
+    await append(client, uuid, INSTRUCTION)
+    before, _, _ = await payload(client, uuid)
+    output = build_output(400)
+    assert len(output) // 4 > 3 * CAP
+    turn = read_call(1, output)
+    seqs = await append(client, uuid, *turn)
+
+    records = await all_messages(client, uuid)
+    assert next(r for r in records if r["seq"] == seqs[1])["content"] == output
+    [elision] = await elisions(client, uuid)
+    assert (elision["start_seq"], elision["end_seq"]) == (seqs[1], seqs[1])
+    assert elision["summary_tokens"] <= CAP
+    after, _, _ = await payload(client, uuid)
+    assert after["messages"][: len(before["messages"])] == before["messages"]
+    assert after["messages"][-2] == turn[0]
+    shown = after["messages"][-1]["content"]
+    assert ELISION_TEXT in shown
+    assert shown.startswith("line 00000")
+    assert shown.endswith(output[-40:])
+
+
+async def test_messages_under_the_cap_are_left_whole(client: httpx.AsyncClient) -> None:
+    uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
+    output = build_output(70)
+    assert len(output) // 4 < CAP
+    await append(client, uuid, INSTRUCTION, *read_call(1, output), *read_call(2, output))
+
+    assert await elisions(client, uuid) == []
+    body, _, _ = await payload(client, uuid)
+    assert body["messages"][-1]["content"] == output
+
+
+async def test_an_oversized_system_prompt_is_cut_to_the_cap_once_not_at_every_turn(
+    client: httpx.AsyncClient,
+) -> None:
+    """A 5,600-token system prompt fits at first. When the turns (each too small to elide) no
+    longer fit beside it, one elision cuts it down to the cap, not by just what is over: the
+    next turns keep it, and the payload's prefix, as they are. (Elision alone, so that no
+    condense or truncation makes the room first.)"""
+    system_prompt = "Rule: keep every change small and tested. " * 520
+    response = await client.post(
+        "/tasks",
+        json=task_body(
+            system_prompt=system_prompt,
+            context_length=WINDOW,
+            max_output_tokens=RESERVED,
+            compaction={"tiers": ["elide"]},
+        ),
+    )
+    assert response.status_code == 201, response.text
+    uuid = response.json()["uuid"]
+    await append(client, uuid, INSTRUCTION)
+    payloads = []
+    for i in range(24):
+        await append(client, uuid, *read_call(i, f"ok: step {i} built; " * 8))
+        payloads.append((await payload(client, uuid))[0]["messages"])
+
+    cut = [i for i, messages in enumerate(payloads) if ELISION_TEXT in messages[0]["content"]]
+    assert cut, "the turns never crowded the system prompt: make them more"
+    first = cut[0]
+    assert first > 0
+    assert cut == list(range(first, len(payloads)))
+    assert len(payloads[first][0]["content"]) // 4 <= CAP
+    for earlier, later in zip(payloads[first:], payloads[first + 1 :], strict=False):
+        assert later[: len(earlier)] == earlier  # each turn only adds at the end
+    assert [(e["start_seq"], e["end_seq"]) for e in await elisions(client, uuid)] == [(1, 1)]
