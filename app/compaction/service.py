@@ -521,10 +521,18 @@ class CompactionService:
         for _ in range(MAX_FIT_ROUNDS):
             measure = await self._measure(task_uuid, thread_id, fmt)
             fmt = measure.fmt
-            if measure.tokens <= measure.budget.allowed:
+            # Under the budget but still at the threshold: the background tiers not tried yet
+            # go on now (a mask that made it fit, then a condense), so that their changes
+            # reach the prompt together rather than a turn apart, and the context has room
+            # for the next turns. Truncation and elision only make a payload fit.
+            fits = measure.tokens <= measure.budget.allowed
+            if fits and (
+                measure.tokens < measure.budget.threshold
+                or not any(t in BACKGROUND_TIERS and t not in done for t in measure.tiers)
+            ):
                 return last
             for tier in measure.tiers:
-                if tier in done or tier in stalled:
+                if tier in done or tier in stalled or (fits and tier not in BACKGROUND_TIERS):
                     continue
                 if tier in ONCE_PER_FIT:
                     done.add(tier)
@@ -541,6 +549,8 @@ class CompactionService:
                 if step.kind != "skipped" or tier == "condense":
                     break
             else:
+                if fits:
+                    return last
                 if stalled:
                     stalled.clear()  # elision is spent: small truncations it is
                     continue

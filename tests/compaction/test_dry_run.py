@@ -12,9 +12,13 @@ from tests.support.tasks import task_body
 @pytest.fixture
 def settings(context_dir: Path) -> Settings:
     """An absolute threshold below the system prompt: the context starts above it, so no append
-    ever crosses it and no background condense races the test."""
+    ever crosses it and no background condense races the test. A condense keeps one message:
+    the automatic one the dry run describes keeps no more under so low a threshold, and the
+    tests check it against one asked for through the API, which keeps ``keep_recent``."""
     return Settings(
-        context_dir=context_dir, storage={"fsync": "never"}, compaction={"token_threshold": 50}
+        context_dir=context_dir,
+        storage={"fsync": "never"},
+        compaction={"token_threshold": 50, "keep_recent": 1},
     )
 
 

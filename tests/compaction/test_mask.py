@@ -12,6 +12,9 @@ import httpx
 import pytest
 
 from app.config import Settings
+from app.lifespan import open_services
+from app.messages.schemas import MessageBatch
+from app.tasks.schemas import TaskCreate
 from tests.support.app import running_app
 from tests.support.errors import assert_error
 from tests.support.files import read_jsonl, snapshot_dir, task_dir
@@ -327,3 +330,39 @@ async def test_placeholders_that_do_not_fit_are_cut_not_refused(client: httpx.As
     assert all(ELIDED in c for c in shown if c not in placeholders)
     assert any(ELIDED in c for c in placeholders)
     assert not any("reading rows" in content for content in placeholders)
+
+
+async def test_a_fit_that_masked_under_the_budget_but_not_the_threshold_condenses_too(
+    context_dir: Path,
+) -> None:
+    """The services alone, no job runner: GET /request's own fit, no background compaction
+    first. Masking brings the payload under its budget but leaves it at its threshold; the
+    fit condenses too, in the same request, so both changes reach the prompt at once and the
+    context has room for the next turns (a mask alone would be followed by a condense a
+    turn or two later: two breaks of the provider's prompt cache instead of one)."""
+    settings = Settings(context_dir=context_dir, token_counter="heuristic")
+    budget, threshold = int(16_000 * 0.9) - 1000, int(16_000 * 0.7)
+    async with open_services(settings) as services:
+        created, _ = await services.task_creation.create(
+            TaskCreate.model_validate(
+                task_body(
+                    system_prompt=SYSTEM_PROMPT, context_length=16_000, max_output_tokens=1000
+                )
+            )
+        )
+        uuid = created.task.uuid
+        turns = [INSTRUCTION]
+        for i in range(13):  # ~1,050 tokens each: ~700 of reasoning, ~300 of output
+            call, result = tool_turn(i, lines=25)
+            turns += [call | {"content": f"Step {i}: " + "reasoning " * 300}, result]
+        appended, _ = await services.messages.append(uuid, MessageBatch(messages=turns), None)
+        stream = await services.payloads.request(uuid, None)
+        tokens = int(stream.headers["X-Context-Tokens"])
+        async for _ in stream.body:
+            pass
+
+    summaries = read_jsonl(task_dir(context_dir, uuid) / "summaries.jsonl")
+    assert [s["kind"] for s in summaries] == ["mask", "condense"]
+    assert appended.context_tokens > budget
+    assert appended.context_tokens - summaries[0]["tokens_saved"] >= threshold  # the mask fit
+    assert tokens < threshold
