@@ -23,12 +23,7 @@ from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
-from app.context.files import (
-    ContextFiles,
-    commit_marker,
-    record_at,
-    visible_records,
-)
+from app.context.files import record_at, visible_records
 from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
 from app.context.shapes import Marker, MaskedResult, SummaryRecord
 from app.context.store import ContextStore, LockedTask
@@ -135,13 +130,11 @@ class CompactionService:
 
     # -- what the context looks like ------------------------------------------------------
 
-    async def _index(
-        self, locked: LockedTask, fmt: str
-    ) -> tuple[HeadState, list[Entry], ContextFiles]:
+    async def _index(self, locked: LockedTask, fmt: str) -> tuple[HeadState, list[Entry]]:
         head = await self.store.recovered_head(locked)
-        files = self.store.files(locked)
-        entries = await asyncio.to_thread(_entries, files, head.messages_bytes, fmt)
-        return head, entries, files
+        async with self.store.reading_messages(locked) as f:
+            entries = await asyncio.to_thread(_entries, f, head.messages_bytes, fmt)
+        return head, entries
 
     def _too_little(self, gain: int, context_tokens: int, *, explicit: bool) -> bool:
         """Whether a compaction would free too little to be worth its marker (and the prompt
@@ -186,7 +179,7 @@ class CompactionService:
             async with self.store.locked(task_uuid, thread_id) as locked:
                 self._require_running(locked)
                 fmt = fmt or native_format(locked.task.llm_provider)
-                head, entries, files = await self._index(locked, fmt)
+                head, entries = await self._index(locked, fmt)
                 before = self.budgets.context_tokens(locked, head, fmt)
                 plan = plans.plan_condense(
                     entries,
@@ -196,22 +189,25 @@ class CompactionService:
                 if isinstance(plan, Skip):
                     return Outcome("skipped", before, before, reason=plan.reason)
                 span = [e.position for e in entries[plan.start : plan.end]]
-                task_files = ContextFiles(self.store.task_dir(locked.task))
-                backend = backend or await asyncio.to_thread(task_files.summary_backend)
-                instruction = plans.kept_instruction(entries)
-                kept = None
-                if instruction is not None:
-                    kept = await asyncio.to_thread(
-                        _read_entry, files, instruction, head.messages_bytes
-                    )
-                limit = self._summary_limit(locked, fmt, plan.messages(entries))
-                # The task's plan items, for its own context (a thread's work is not the plan).
-                checklist = None
-                if thread_id == 0:
-                    checklist = await asyncio.to_thread(
-                        latest_items, task_files.directory / PLANNING
-                    )
-                handle = await asyncio.to_thread(open, files.messages, "rb")
+                backend = backend or await self.store.summary_backend(locked)
+                handle = await self.store.open_messages(locked)
+                try:
+                    instruction = plans.kept_instruction(entries)
+                    kept = None
+                    if instruction is not None:
+                        kept = await asyncio.to_thread(
+                            _read_entry, handle, instruction, head.messages_bytes
+                        )
+                    limit = self._summary_limit(locked, fmt, plan.messages(entries))
+                    # The task's plan items, for its own context (a thread's work is not the
+                    # plan).
+                    checklist = None
+                    if thread_id == 0:
+                        planning = self.store.task_dir(locked.task) / PLANNING
+                        checklist = await asyncio.to_thread(latest_items, planning)
+                except BaseException:
+                    handle.close()
+                    raise
             try:
                 summary = await self.summarizer.summarize(
                     span_records(handle, head.messages_bytes, span[0], span[-1]),
@@ -258,7 +254,7 @@ class CompactionService:
         explicit: bool,
     ) -> Outcome:
         async with self.store.locked(*context) as locked:
-            head, entries, files = await self._index(locked, fmt)
+            head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
             if locked.task.status != "running":  # finished while the summariser worked
                 return Outcome("skipped", before, before, reason="task_not_running")
@@ -278,7 +274,7 @@ class CompactionService:
                 return Outcome("skipped", before, before, reason="too_little_gain")
             record = self._summary_record("condense", entries, hidden, content, fmt, cost)
             record["summarizer"] = summarizer
-            return await self._commit(locked, head, files, marker, record, hidden, entries, cost)
+            return await self._commit(locked, head, marker, record, hidden, entries, cost)
 
     @timed_compaction
     async def mask(
@@ -298,16 +294,17 @@ class CompactionService:
         ):
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
-            head, entries, files = await self._index(locked, fmt)
+            head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
             tiers = self.budgets.compaction_options(locked.task)
             chosen = plans.plan_mask(entries, keep_tool_results=tiers.keep_tool_results)
             if not chosen:
                 return Outcome("skipped", before, before, reason="nothing_to_mask")
             costs = self.store.costs(locked.task)
-            masks = await asyncio.to_thread(
-                _masks, files, head.messages_bytes, [entries[i].seq for i in chosen], costs
-            )
+            async with self.store.reading_messages(locked) as f:
+                masks = await asyncio.to_thread(
+                    _masks, f, head.messages_bytes, [entries[i].seq for i in chosen], costs
+                )
             original = sum(entries[i].tokens for i in chosen)
             placeholders = sum(in_format(m["tokens"], m["format_tokens"], fmt) for m in masks)
             gain = original - placeholders
@@ -325,10 +322,9 @@ class CompactionService:
                 "timestamp": summary["timestamp"],
                 "tokens": 0,
             }
-            new_head, record = await asyncio.to_thread(
-                commit_marker, files, head, marker, summary, fsync=self.store.fsync
+            new_head, record = await self.store.commit_marker(
+                locked, head, marker, summary, compactions=1
             )
-            await self.store.save_head(locked, new_head, compactions=1)
             after = self.budgets.context_tokens(locked, new_head, fmt)
             log.info(
                 "task %s thread %d: masked %d tool results, %d -> %d tokens",
@@ -357,12 +353,13 @@ class CompactionService:
         ):
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
-            head, entries, files = await self._index(locked, fmt)
+            head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
-            facts = await asyncio.to_thread(_hidden_facts, files, head, plan.hides(entries))
+            async with self.store.reading_messages(locked) as f:
+                facts = await asyncio.to_thread(_hidden_facts, f, head, plan.hides(entries))
             content = truncation_text(
                 plan.messages(entries),
                 facts,
@@ -377,7 +374,7 @@ class CompactionService:
             if self._too_little(gain, before, explicit=explicit):
                 return Outcome("skipped", before, before, reason="too_little_gain")
             record = self._summary_record("truncation", entries, plan, content, fmt, cost)
-            return await self._commit(locked, head, files, marker, record, plan, entries, cost)
+            return await self._commit(locked, head, marker, record, plan, entries, cost)
 
     @timed_compaction
     async def elide(
@@ -391,19 +388,20 @@ class CompactionService:
             self.store.locked(task_uuid, thread_id) as locked,
         ):
             fmt = fmt or native_format(locked.task.llm_provider)
-            head, entries, files = await self._index(locked, fmt)
+            head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
             costs = self.store.costs(locked.task)
             # Reading and counting large messages: off the event loop.
-            found = await asyncio.to_thread(
-                _elision, files, head.messages_bytes, entries, costs, excess, fmt
-            )
+            async with self.store.reading_messages(locked) as f:
+                found = await asyncio.to_thread(
+                    _elision, f, head.messages_bytes, entries, costs, excess, fmt
+                )
             if found is None:
                 return Outcome("skipped", before, before, reason="nothing_to_elide")
             index, marker, cost = found
             span = Span(index, index + 1)
             record = self._summary_record("elision", entries, span, "", fmt, cost)
-            return await self._commit(locked, head, files, marker, record, span, entries, cost)
+            return await self._commit(locked, head, marker, record, span, entries, cost)
 
     async def fit(
         self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
@@ -547,7 +545,7 @@ class CompactionService:
             budget = self.budgets.context_budget(locked)
             if tokens < budget.threshold:  # the usual case: no need to index the context
                 return {"action": "none"}
-            _, entries, _ = await self._index(locked, fmt)
+            _, entries = await self._index(locked, fmt)
         condense = plans.plan_condense(
             entries,
             keep_recent=self.settings.compaction.keep_recent,
@@ -577,8 +575,8 @@ class CompactionService:
         ):
             self._require_running(locked)
             head = await self.store.recovered_head(locked)
-            files = self.store.files(locked)
-            target = await asyncio.to_thread(_read_seq, files, to_seq, head.messages_bytes)
+            async with self.store.reading_messages(locked) as f:
+                target = await asyncio.to_thread(record_at, f, to_seq, head.messages_bytes)
             if target is None or is_marker(target):
                 raise InvalidInput(
                     f"seq {to_seq} is not a message of this task",
@@ -592,10 +590,7 @@ class CompactionService:
                 "timestamp": utc_timestamp(),
                 "tokens": 0,
             }
-            new_head, _ = await asyncio.to_thread(
-                commit_marker, files, head, marker, None, fsync=self.store.fsync
-            )
-            await self.store.save_head(locked, new_head)
+            new_head, _ = await self.store.commit_marker(locked, head, marker, None, compactions=0)
             log.info("task %s thread %d: rewound to seq %d", task_uuid, thread_id, to_seq)
             return new_head
 
@@ -633,7 +628,6 @@ class CompactionService:
         self,
         locked: LockedTask,
         head: HeadState,
-        files: ContextFiles,
         marker: Marker,
         summary: SummaryRecord,
         span: Span,
@@ -651,10 +645,9 @@ class CompactionService:
             "tokens": cost[0],
             "format_tokens": cost[1],
         }
-        new_head, record = await asyncio.to_thread(
-            commit_marker, files, head, marker, summary, fsync=self.store.fsync
+        new_head, record = await self.store.commit_marker(
+            locked, head, marker, summary, compactions=1
         )
-        await self.store.save_head(locked, new_head, compactions=1)
         after = self.budgets.context_tokens(locked, new_head, fmt)
         log.info(
             "task %s thread %d: %s of %d messages, %d -> %d tokens",
@@ -705,9 +698,8 @@ def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:
     }
 
 
-def _entries(files: ContextFiles, end: int, fmt: str) -> list[Entry]:
-    with open(files.messages, "rb") as f:
-        return [Entry.of(record, fmt) for record in visible_records(f, end)]
+def _entries(f: BinaryIO, end: int, fmt: str) -> list[Entry]:
+    return [Entry.of(record, fmt) for record in visible_records(f, end)]
 
 
 def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
@@ -718,24 +710,18 @@ def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[st
             yield record
 
 
-def _hidden_facts(files: ContextFiles, head: HeadState, hides: tuple[int, int]) -> HiddenFacts:
-    with open(files.messages, "rb") as f:
-        return hidden_facts(span_records(f, head.messages_bytes, *hides))
+def _hidden_facts(f: BinaryIO, head: HeadState, hides: tuple[int, int]) -> HiddenFacts:
+    return hidden_facts(span_records(f, head.messages_bytes, *hides))
 
 
-def _read_seq(files: ContextFiles, seq: int, end: int) -> dict[str, Any] | None:
-    with open(files.messages, "rb") as f:
-        return record_at(f, seq, end)
-
-
-def _read_entry(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
-    record = _read_seq(files, entry.seq, end)
+def _read_entry(f: BinaryIO, entry: Entry, end: int) -> dict[str, Any]:
+    record = record_at(f, entry.seq, end)
     assert record is not None
     return record
 
 
 def _elision(
-    files: ContextFiles,
+    f: BinaryIO,
     end: int,
     entries: list[Entry],
     costs: TokenCosts,
@@ -749,7 +735,7 @@ def _elision(
     error lines it lost, after the cut; without them it is tried only when no message of any
     group gives way (an error is what an agent most needs again).
     """
-    shown = ShownRecords(files, end, entries)
+    shown = ShownRecords(f, end, entries)
     groups = plans.elision_order(entries, minimum=64)
     attempts = []
     for group in groups:  # contents, with a cut output's lost error lines; then arguments
@@ -793,23 +779,22 @@ class ShownRecords:
     message as posted (or as an earlier elision left it), a masked result as its placeholder
     (the original must not come back)."""
 
-    def __init__(self, files: ContextFiles, end: int, entries: list[Entry]) -> None:
-        self.files, self.end, self.entries = files, end, entries
+    def __init__(self, f: BinaryIO, end: int, entries: list[Entry]) -> None:
+        self.f, self.end, self.entries = f, end, entries
         self.cache: dict[int, dict[str, Any]] = {}
 
     def read(self, index: int) -> dict[str, Any]:
         if index not in self.cache:
             entry = self.entries[index]
-            with open(self.files.messages, "rb") as f:
-                if entry.masked:  # every placeholder in one pass: they come together
-                    masked = {e.position: i for i, e in enumerate(self.entries) if e.masked}
-                    for record in visible_records(f, self.end):
-                        if position(record) in masked:
-                            self.cache[masked[position(record)]] = record
-                else:
-                    found = record_at(f, entry.seq, self.end)
-                    assert found is not None
-                    self.cache[index] = found
+            if entry.masked:  # every placeholder in one pass: they come together
+                masked = {e.position: i for i, e in enumerate(self.entries) if e.masked}
+                for record in visible_records(self.f, self.end):
+                    if position(record) in masked:
+                        self.cache[masked[position(record)]] = record
+            else:
+                found = record_at(self.f, entry.seq, self.end)
+                assert found is not None
+                self.cache[index] = found
         return self.cache[index]
 
 
@@ -893,30 +878,29 @@ def elided(counter: TextCounter, content: Any, excess: int) -> str:
     return text[:start] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - end :]
 
 
-def _masks(files: ContextFiles, end: int, seqs: list[int], costs: TokenCosts) -> list[MaskedResult]:
+def _masks(f: BinaryIO, end: int, seqs: list[int], costs: TokenCosts) -> list[MaskedResult]:
     """What replaces each of these tool results: a placeholder naming the call, the output's
     size and its seq, with the placeholder's costs."""
     wanted = set(seqs)
     calls: dict[str, dict[str, Any]] = {}
     masks: list[MaskedResult] = []
-    with open(files.messages, "rb") as f:
-        for record in visible_records(f, end, masked=False):
-            for call in record.get("tool_calls") or ():
-                calls[call["id"]] = call["function"]
-            if record["seq"] not in wanted:
-                continue
-            function = calls.get(record["tool_call_id"], {})
-            content = mask_placeholder(record, function)
-            masked = openai_message(record) | {"content": content}
-            tokens, format_tokens = costs.message(masked)
-            masks.append(
-                {
-                    "seq": record["seq"],
-                    "content": content,
-                    "tokens": tokens,
-                    "format_tokens": format_tokens,
-                }
-            )
+    for record in visible_records(f, end, masked=False):
+        for call in record.get("tool_calls") or ():
+            calls[call["id"]] = call["function"]
+        if record["seq"] not in wanted:
+            continue
+        function = calls.get(record["tool_call_id"], {})
+        content = mask_placeholder(record, function)
+        masked = openai_message(record) | {"content": content}
+        tokens, format_tokens = costs.message(masked)
+        masks.append(
+            {
+                "seq": record["seq"],
+                "content": content,
+                "tokens": tokens,
+                "format_tokens": format_tokens,
+            }
+        )
     return masks
 
 
