@@ -1,9 +1,13 @@
 """Compaction and rewind of a task's context (the design: docs/compaction.md).
 
 Every operation appends a marker to messages.jsonl (and, for compactions, a record to
-summaries.jsonl), rebuilds current.jsonl and moves the committed head. A condense asks the
-summariser *outside* the task lock, so appends go on meanwhile; it then re-checks, under the
-lock, that the span it summarised is still exactly what the context shows there.
+summaries.jsonl), rebuilds current.jsonl and moves the committed head. A condense (the
+background compaction of a long context) holds the task lock only for moments, so appends go
+on meanwhile: it indexes the context and asks the summariser *outside* the lock (the committed
+bytes of messages.jsonl never change), renders its new current.jsonl outside it too, and under
+the lock adds the records appended since, appends its marker and moves the head. A marker
+appended meanwhile (a payload's fit, a rewind) sends it back to indexing under the lock, where
+it is skipped if the span it summarised is no longer what the context shows.
 """
 
 import asyncio
@@ -176,10 +180,21 @@ class CompactionService:
         """Summarise the middle of a context; tokens are weighed as ``fmt`` renders them
         (default: the task's own provider format). ``explicit``: asked for through the API."""
         async with self._one_at_a_time(task_uuid, thread_id):
+            # Under the lock: the head and an open messages.jsonl. Indexing the context (it
+            # may hold thousands of records) and summarising read the committed bytes after.
             async with self.store.locked(task_uuid, thread_id) as locked:
                 self._require_running(locked)
                 fmt = fmt or native_format(locked.task.llm_provider)
-                head, entries = await self._index(locked, fmt)
+                head = await self.store.recovered_head(locked)
+                backend = backend or await self.store.summary_backend(locked)
+                # The task's plan items, for its own context (a thread's work is not the plan).
+                checklist = None
+                if thread_id == 0:
+                    planning = self.store.task_dir(locked.task) / PLANNING
+                    checklist = await asyncio.to_thread(latest_items, planning)
+                handle = await self.store.open_messages(locked)
+            try:
+                entries = await asyncio.to_thread(_entries, handle, head.messages_bytes, fmt)
                 before = self.budgets.context_tokens(locked, head, fmt)
                 plan = plans.plan_condense(
                     entries,
@@ -188,32 +203,22 @@ class CompactionService:
                 )
                 if isinstance(plan, Skip):
                     return Outcome("skipped", before, before, reason=plan.reason)
-                span = [e.position for e in entries[plan.start : plan.end]]
-                backend = backend or await self.store.summary_backend(locked)
-                handle = await self.store.open_messages(locked)
-                try:
-                    instruction = plans.kept_instruction(entries)
-                    kept = None
-                    if instruction is not None:
-                        kept = await asyncio.to_thread(
-                            _read_entry, handle, instruction, head.messages_bytes
-                        )
-                    limit = self._summary_limit(locked, fmt, plan.messages(entries))
-                    # The task's plan items, for its own context (a thread's work is not the
-                    # plan).
-                    checklist = None
-                    if thread_id == 0:
-                        planning = self.store.task_dir(locked.task) / PLANNING
-                        checklist = await asyncio.to_thread(latest_items, planning)
-                except BaseException:
-                    handle.close()
-                    raise
-            try:
+                instruction = plans.kept_instruction(entries)
+                kept = None
+                if instruction is not None:
+                    kept = await asyncio.to_thread(
+                        _read_entry, handle, instruction, head.messages_bytes
+                    )
                 summary = await self.summarizer.summarize(
-                    span_records(handle, head.messages_bytes, span[0], span[-1]),
+                    span_records(
+                        handle,
+                        head.messages_bytes,
+                        entries[plan.start].position,
+                        entries[plan.end - 1].position,
+                    ),
                     backend,
                     kept=kept,
-                    limit=limit,
+                    limit=self._summary_limit(locked, fmt, plan.messages(entries)),
                     plan=checklist.items if checklist else None,
                 )
             except LLMError as exc:
@@ -224,13 +229,17 @@ class CompactionService:
                 raise CompactionFailed(
                     "the summariser returned an empty summary", code=ErrorCode.EMPTY
                 )
+            hidden = Span(plan.start, plan.end)
+            content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
+            marker: Marker = {"role": "user", "content": content, "marker": "condense"}
+            cost = self._cost(locked.task, marker)
+            if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
+                return Outcome("skipped", before, before, reason="context_grew")  # short ones
+            record = self._summary_record("condense", entries, hidden, content, fmt, cost)
+            record["summarizer"] = self.summarizer.describe(backend)
+            marker = _marker_over(marker, record, hidden, entries, cost)
             return await self._commit_condense(
-                (task_uuid, thread_id),
-                fmt,
-                span,
-                summary,
-                self.summarizer.describe(backend),
-                explicit=explicit,
+                locked, head, entries, hidden, marker, record, explicit=explicit
             )
 
     def _summary_limit(self, locked: LockedTask, fmt: str, messages: int) -> SummaryLimit:
@@ -245,36 +254,79 @@ class CompactionService:
 
     async def _commit_condense(
         self,
-        context: tuple[str, int],
-        fmt: str,
-        span: list[int],
-        summary: str,
-        summarizer: str,
+        indexed: LockedTask,
+        base: HeadState,
+        entries: list[Entry],
+        hidden: Span,
+        marker: Marker,
+        summary: SummaryRecord,
         *,
         explicit: bool,
     ) -> Outcome:
-        async with self.store.locked(*context) as locked:
-            head, entries = await self._index(locked, fmt)
-            before = self.budgets.context_tokens(locked, head, fmt)
-            if locked.task.status != "running":  # finished while the summariser worked
-                return Outcome("skipped", before, before, reason="task_not_running")
-            if locked.thread is not None and locked.thread.status != "active":
-                return Outcome("skipped", before, before, reason="thread_not_active")
-            found = [i for i, e in enumerate(entries) if span[0] <= e.position <= span[-1]]
-            if [entries[i].position for i in found] != span:
-                return Outcome("skipped", before, before, reason="context_changed")
-            hidden = Span(found[0], found[-1] + 1)
-            content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
-            marker: Marker = {"role": "user", "content": content, "marker": "condense"}
-            cost = self._cost(locked.task, marker)
-            if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
-                return Outcome("skipped", before, before, reason="context_grew")  # short ones
-            gain = hidden.tokens(entries) - in_format(*cost, fmt)
-            if self._too_little(gain, before, explicit=explicit):
-                return Outcome("skipped", before, before, reason="too_little_gain")
-            record = self._summary_record("condense", entries, hidden, content, fmt, cost)
-            record["summarizer"] = summarizer
-            return await self._commit(locked, head, marker, record, hidden, entries, cost)
+        """Commit a condense of ``hidden`` (``entries`` as the context was at ``base``).
+
+        Its new current.jsonl is rendered before the lock is taken; under the lock only what
+        was appended since is added to it. A marker appended since (another compaction, a
+        rewind) may have changed the span: the context is then indexed again, under the lock,
+        and the condense is skipped if its span is no longer what the context shows."""
+        fmt = summary["counted_as"]
+        prepared = await self.store.prepare_marker(indexed, base, marker)
+        try:
+            async with self.store.locked(indexed.task.uuid, indexed.thread_id) as locked:
+                head = await self.store.recovered_head(locked)
+                before = self.budgets.context_tokens(locked, head, fmt)
+                if locked.task.status != "running":  # finished while the summariser worked
+                    return Outcome("skipped", before, before, reason="task_not_running")
+                if locked.thread is not None and locked.thread.status != "active":
+                    return Outcome("skipped", before, before, reason="thread_not_active")
+                gain = summary["original_tokens"] - summary["summary_tokens"]
+                if self._too_little(gain, before, explicit=explicit):
+                    return Outcome("skipped", before, before, reason="too_little_gain")
+                done = None
+                if prepared is not None:
+                    done = await self.store.commit_prepared(
+                        locked, head, prepared, marker, summary, compactions=1
+                    )
+                if done is None:
+                    positions = [e.position for e in entries[hidden.start : hidden.end]]
+                    return await self._condense_indexed(
+                        locked, fmt, positions, marker["content"], summary, explicit=explicit
+                    )
+                new_head, record = done
+                hidden_messages = hidden.messages(entries)
+                return self._committed(locked, before, new_head, record, summary, hidden_messages)
+        finally:
+            if prepared is not None:
+                prepared.discard()
+
+    async def _condense_indexed(
+        self,
+        locked: LockedTask,
+        fmt: str,
+        positions: list[int],
+        content: str,
+        summarized: SummaryRecord,
+        *,
+        explicit: bool,
+    ) -> Outcome:
+        """Commit a condense whose span may have changed since it was summarised, the context
+        indexed again under the lock (held)."""
+        head, entries = await self._index(locked, fmt)
+        before = self.budgets.context_tokens(locked, head, fmt)
+        found = [i for i, e in enumerate(entries) if positions[0] <= e.position <= positions[-1]]
+        if [entries[i].position for i in found] != positions:
+            return Outcome("skipped", before, before, reason="context_changed")
+        hidden = Span(found[0], found[-1] + 1)
+        marker: Marker = {"role": "user", "content": content, "marker": "condense"}
+        cost = self._cost(locked.task, marker)
+        if in_format(*cost, fmt) >= hidden.tokens(entries):
+            return Outcome("skipped", before, before, reason="context_grew")
+        gain = hidden.tokens(entries) - in_format(*cost, fmt)
+        if self._too_little(gain, before, explicit=explicit):
+            return Outcome("skipped", before, before, reason="too_little_gain")
+        record = self._summary_record("condense", entries, hidden, content, fmt, cost)
+        record["summarizer"] = summarized["summarizer"]
+        return await self._commit(locked, head, marker, record, hidden, entries, cost)
 
     @timed_compaction
     async def mask(
@@ -634,21 +686,22 @@ class CompactionService:
         entries: list[Entry],
         cost: tuple[int, FormatTokens],
     ) -> Outcome:
-        fmt = summary["counted_as"]
-        before = self.budgets.context_tokens(locked, head, fmt)
-        hidden = span.messages(entries)
-        marker = {
-            **marker,
-            "hides": list(span.hides(entries)),
-            HIDDEN_MESSAGES: hidden,
-            "timestamp": summary["timestamp"],
-            "tokens": cost[0],
-            "format_tokens": cost[1],
-        }
+        before = self.budgets.context_tokens(locked, head, summary["counted_as"])
         new_head, record = await self.store.commit_marker(
-            locked, head, marker, summary, compactions=1
+            locked, head, _marker_over(marker, summary, span, entries, cost), summary, compactions=1
         )
-        after = self.budgets.context_tokens(locked, new_head, fmt)
+        return self._committed(locked, before, new_head, record, summary, span.messages(entries))
+
+    def _committed(
+        self,
+        locked: LockedTask,
+        before: int,
+        new_head: HeadState,
+        record: Marker,
+        summary: SummaryRecord,
+        hidden: int,
+    ) -> Outcome:
+        after = self.budgets.context_tokens(locked, new_head, summary["counted_as"])
         log.info(
             "task %s thread %d: %s of %d messages, %d -> %d tokens",
             locked.task.uuid,
@@ -665,6 +718,24 @@ class CompactionService:
             summary_id=record.get("summary_id"),
             hidden_messages=hidden,
         )
+
+
+def _marker_over(
+    marker: Marker,
+    summary: SummaryRecord,
+    span: Span,
+    entries: list[Entry],
+    cost: tuple[int, FormatTokens],
+) -> Marker:
+    """A compaction's marker with what it hides and what it costs."""
+    return {
+        **marker,
+        "hides": list(span.hides(entries)),
+        HIDDEN_MESSAGES: span.messages(entries),
+        "timestamp": summary["timestamp"],
+        "tokens": cost[0],
+        "format_tokens": cost[1],
+    }
 
 
 def summary_fields(

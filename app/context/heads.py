@@ -220,10 +220,7 @@ async def write_pending_batch(
         return []
     await connection.execute(
         _HEAD_MOVE,
-        [
-            {"b_task": key[0], "b_thread": key[1], **vars(entry.head)}
-            for key, entry in written
-        ],
+        [{"b_task": key[0], "b_thread": key[1], **vars(entry.head)} for key, entry in written],
     )
     await connection.execute(
         _TASK_COUNTS,

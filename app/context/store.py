@@ -32,10 +32,13 @@ from app.context import heads
 from app.context.files import (
     MARKER,
     ContextFiles,
+    PreparedView,
     Recovery,
     Where,
     accept_loss,
     commit_marker,
+    commit_prepared,
+    prepare_view,
     read_metadata,
     rebuild,
     recover,
@@ -627,6 +630,45 @@ class ContextStore:
         )
         await self.save_head(locked, new_head, compactions=compactions)
         return new_head, record
+
+    async def prepare_marker(
+        self, locked: LockedTask, base: HeadState, marker: Marker
+    ) -> PreparedView | None:
+        """Render the current.jsonl a compaction marker after ``base`` makes, without the task
+        lock (``locked`` as it was when ``base`` was read): the long part of a compaction's
+        commit, so that appends meanwhile do not wait for it. None if the files could not be
+        written there (the directory moved with a status change): commit the usual way."""
+        files = self.files(locked)
+
+        def prepare() -> PreparedView:
+            with open(files.messages, "rb") as f:
+                return prepare_view(files, f, base, marker)
+
+        try:
+            return await asyncio.to_thread(prepare)
+        except OSError as exc:
+            log.info("%s: marker not prepared (%s)", Where(locked.task.uuid, locked.thread_id), exc)
+            return None
+
+    async def commit_prepared(
+        self,
+        locked: LockedTask,
+        head: HeadState,
+        prepared: PreparedView,
+        marker: Marker,
+        summary: SummaryRecord | None,
+        *,
+        compactions: int,
+    ) -> tuple[HeadState, Marker] | None:
+        """:meth:`commit_marker` with current.jsonl prepared (:meth:`prepare_marker`): what the
+        lock covers is the records appended since it was prepared, the marker, a rename and the
+        head. None, with nothing written, if a marker was appended since."""
+        done = await asyncio.to_thread(
+            commit_prepared, self.files(locked), prepared, head, marker, summary, fsync=self.fsync
+        )
+        if done is not None:
+            await self.save_head(locked, done[0], compactions=compactions)
+        return done
 
     async def save_head(self, locked: LockedTask, head: HeadState, *, compactions: int = 0) -> None:
         """Commit a head rebuilt by a compaction or rewind. Hold the task lock."""
