@@ -410,6 +410,14 @@ class ContextStore:
         self, locked: LockedTask, file_name: Literal["messages", "current"]
     ) -> Snapshot:
         """:meth:`snapshot` of a context whose task lock is held."""
+        # Usually the files agree with the head and nothing needs repair: one worker thread
+        # call checks that and opens them (a payload's fixed cost is mostly such hand-offs).
+        opened = await asyncio.to_thread(
+            _open_if_whole, self.task_dir(locked.task), self.files(locked), locked.head, file_name
+        )
+        if opened is not None:
+            handle, metadata = opened
+            return Snapshot(context=locked, head=locked.head, handle=handle, metadata=metadata)
         head = await self.recovered_head(locked, reading=True)
         if file_name == "current":
             head = await self._whole_current(locked, head)
@@ -797,6 +805,18 @@ def _open_snapshot(
 ) -> tuple[BinaryIO, dict[str, Any]]:
     metadata = read_metadata(task_dir)
     return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
+
+
+def _open_if_whole(
+    task_dir: Path, files: ContextFiles, head: HeadState, file_name: str
+) -> tuple[BinaryIO, dict[str, Any]] | None:
+    """:func:`_open_snapshot` when the files agree with ``head`` and every line of a
+    current.jsonl to be served parses; None when they need the store's repair first."""
+    if not files.in_agreement_with(head):
+        return None
+    if file_name == "current" and first_damaged_line(files.current, head.current_bytes) is not None:
+        return None
+    return _open_snapshot(task_dir, files, file_name)
 
 
 def _holds_committed(files: ContextFiles, head: HeadState) -> bool:
