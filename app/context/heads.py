@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Update, and_, bindparam, select, update
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context.files import Recovery
@@ -26,6 +27,35 @@ HEADS = ContextHead.metadata.tables["context_heads"]
 TASKS = Task.metadata.tables["tasks"]
 THREADS = Thread.metadata.tables["threads"]
 
+
+# (attribute, column) of the task row: the attribute of column "metadata" is metadata_.
+_TASK_ATTRIBUTES = [
+    (attribute.key, attribute.columns[0].name) for attribute in sa_inspect(Task).mapper.column_attrs
+]
+_HEAD_FIELDS = (
+    "last_seq",
+    "messages_bytes",
+    "current_bytes",
+    "current_messages",
+    "context_tokens",
+    "open_tool_calls",
+    "format_tokens",
+)
+_CONTEXT = (
+    select(
+        TASKS,
+        *(HEADS.c[name].label(f"head_{name}") for name in _HEAD_FIELDS),
+        select(THREADS.c.thread_id)
+        .where(THREADS.c.task_uuid == TASKS.c.uuid)
+        .exists()
+        .label("has_threads"),
+    )
+    .outerjoin(
+        HEADS,
+        and_(HEADS.c.task_uuid == TASKS.c.uuid, HEADS.c.thread_id == bindparam("thread")),
+    )
+    .where(TASKS.c.uuid == bindparam("task"))
+)
 
 # The write-behind's statements, built once: a round runs each as one executemany.
 _HEAD_BASES = (
@@ -79,24 +109,31 @@ def head_state(row: ContextHead) -> HeadState:
 
 async def load_context(
     session: AsyncSession, task_uuid: str, thread_id: int
-) -> tuple[Task, ContextHead | None, bool] | None:
-    """A task's row, the head row of one of its contexts (None if it has none) and whether the
-    task has threads, in one query: most have none to read. None if there is no such task."""
-    has_threads = select(Thread.thread_id).where(Thread.task_uuid == Task.uuid).exists()
-    row = (
-        await session.execute(
-            select(Task, ContextHead, has_threads)
-            .outerjoin(
-                ContextHead,
-                and_(ContextHead.task_uuid == Task.uuid, ContextHead.thread_id == thread_id),
-            )
-            .where(Task.uuid == task_uuid)
-        )
-    ).first()
+) -> tuple[Task, HeadState | None, bool] | None:
+    """A task's row, the head of one of its contexts (None if it has none) and whether the
+    task has threads, in one query: most have none to read. None if there is no such task.
+
+    A Core query and a row object built from it (not attached to any session): every access
+    but an append reads these, and the ORM's loading costs about as much again as the query.
+    """
+    connection = await session.connection()
+    row = (await connection.execute(_CONTEXT, {"task": task_uuid, "thread": thread_id})).first()
     if row is None:
         return None
-    task, head, any_threads = row
-    return task, head, any_threads
+    values = row._mapping
+    task = Task(**{attribute: values[column] for attribute, column in _TASK_ATTRIBUTES})
+    head = None
+    if values["head_last_seq"] is not None:
+        head = HeadState(
+            last_seq=values["head_last_seq"],
+            messages_bytes=values["head_messages_bytes"],
+            current_bytes=values["head_current_bytes"],
+            current_messages=values["head_current_messages"],
+            context_tokens=values["head_context_tokens"],
+            open_tool_calls=list(values["head_open_tool_calls"]),
+            format_tokens=dict(values["head_format_tokens"] or {}),
+        )
+    return task, head, bool(values["has_threads"])
 
 
 async def load_heads(session: AsyncSession, task_uuid: str) -> list[ContextHead]:

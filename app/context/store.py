@@ -259,10 +259,17 @@ class ContextStore:
                 code=ErrorCode.HEAD_MISSING,
             )
         await asyncio.to_thread(self._ensure_directory, task)
-        committed = heads.head_state(head)
         if remember and task.status == "running" and not thread_id:
+            # A copy: the head handed to the lock's holder is its own.
+            committed = dataclasses.replace(
+                head,
+                open_tool_calls=list(head.open_tool_calls),
+                format_tokens=dict(head.format_tokens),
+            )
             self._rows[task_uuid] = _RememberedRow(task, committed, time.monotonic())
-        return LockedTask(task, self._head_of(task_uuid, thread_id, head), thread_id, threads)
+        return LockedTask(
+            task, self._over_committed(task_uuid, thread_id, head), thread_id, threads
+        )
 
     async def _remembered(self, task_uuid: str) -> LockedTask | None:
         """The root of a locked task from this process's copy of its row, if that is recent
@@ -290,7 +297,10 @@ class ContextStore:
 
     def _head_of(self, task_uuid: str, thread_id: int, row: ContextHead) -> HeadState:
         """A context's head: this process's pending one if the database's is its base."""
-        committed = heads.head_state(row)
+        return self._over_committed(task_uuid, thread_id, heads.head_state(row))
+
+    def _over_committed(self, task_uuid: str, thread_id: int, committed: HeadState) -> HeadState:
+        """:meth:`_head_of` a head as the database holds it."""
         pending = self.write_behind.pending.view((task_uuid, thread_id), committed)
         return committed if pending is None else pending.head
 
