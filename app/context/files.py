@@ -361,11 +361,20 @@ def commit_prepared(
     """:func:`commit_marker` of a marker whose current.jsonl was prepared from an earlier head:
     the records appended since (``head``, under the lock) go after the prepared lines, then
     the marker is appended and the prepared file replaces current.jsonl. None, with nothing
-    written, when a marker was appended since: the prepared rendering no longer holds."""
-    since = prepared.base.messages_bytes
-    tail = [line for _, line in iter_lines(files.messages, since, head.messages_bytes)]
-    records = [orjson.loads(line) for line in tail]
-    if any(is_marker(record) for record in records):
+    written, when a marker was appended since (or the file is no longer the one it was
+    rendered from): the prepared rendering no longer holds."""
+    base = prepared.base
+    if head.messages_bytes < base.messages_bytes:  # cut since: an operator's repair
+        return None
+    tail = [
+        line for _, line in iter_lines(files.messages, base.messages_bytes, head.messages_bytes)
+    ]
+    try:
+        records = [orjson.loads(line) for line in tail]
+    except orjson.JSONDecodeError:  # the file is not the one rendered (an operator's repair)
+        return None
+    seqs = [record.get("seq") for record in records]
+    if seqs != list(range(base.last_seq + 1, head.last_seq + 1)) or any(map(is_marker, records)):
         return None
     accumulator = ContextAccumulator(prepared.view)
     lines = [accumulator.admit(r, line + b"\n") for r, line in zip(records, tail, strict=True)]

@@ -7,6 +7,8 @@ from typing import Any
 
 from app.context.files import (
     ContextFiles,
+    Where,
+    accept_loss,
     commit_marker,
     commit_prepared,
     prepare_view,
@@ -86,3 +88,19 @@ def test_a_marker_appended_since_refuses_the_prepared_view(tmp_path: Path) -> No
     assert files.messages.stat().st_size == size
     prepared.discard()
     assert not prepared.path.exists()
+
+
+def test_an_operators_repair_since_refuses_the_prepared_view(tmp_path: Path) -> None:
+    files = files_in(tmp_path)
+    base = append(files, HeadState(), turns(0, 40))
+    with open(files.messages, "rb") as f:
+        prepared = prepare_view(files, f, base, condense((2, 30)))
+    with open(files.messages, "r+b") as f:
+        f.truncate(base.messages_bytes // 2)
+    repaired = accept_loss(files, base, "t", fsync=False, where=Where("t", 0))
+    assert repaired is not None
+    head = repaired[0]
+    size = files.messages.stat().st_size
+
+    assert commit_prepared(files, prepared, head, condense((2, 30)), None, fsync=False) is None
+    assert files.messages.stat().st_size == size
