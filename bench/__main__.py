@@ -20,6 +20,7 @@ from bench.harness import REPO, RESULTS_DIR, Report, run_facts
 # In the order they run and bench/README.md shows them.
 BENCHMARKS = (
     "appends",
+    "condense_appends",
     "payloads",
     "tokens",
     "compaction",

@@ -1,9 +1,13 @@
 """Compaction and rewind of a task's context (the design: docs/compaction.md).
 
 Every operation appends a marker to messages.jsonl (and, for compactions, a record to
-summaries.jsonl), rebuilds current.jsonl and moves the committed head. A condense asks the
-summariser *outside* the task lock, so appends go on meanwhile; it then re-checks, under the
-lock, that the span it summarised is still exactly what the context shows there.
+summaries.jsonl), rebuilds current.jsonl and moves the committed head. A condense (the
+background compaction of a long context) holds the task lock only for moments, so appends go
+on meanwhile: it indexes the context and asks the summariser *outside* the lock (the committed
+bytes of messages.jsonl never change), renders its new current.jsonl outside it too, and under
+the lock adds the records appended since, appends its marker and moves the head. A marker
+appended meanwhile (a payload's fit, a rewind) sends it back to indexing under the lock, where
+it is skipped if the span it summarised is no longer what the context shows.
 """
 
 import asyncio
@@ -24,12 +28,7 @@ from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
-from app.context.files import (
-    ContextFiles,
-    commit_marker,
-    record_at,
-    visible_records,
-)
+from app.context.files import record_at, visible_records
 from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
 from app.context.shapes import Marker, MaskedResult, SummaryRecord
 from app.context.store import ContextStore, LockedTask
@@ -139,13 +138,11 @@ class CompactionService:
 
     # -- what the context looks like ------------------------------------------------------
 
-    async def _index(
-        self, locked: LockedTask, fmt: str
-    ) -> tuple[HeadState, list[Entry], ContextFiles]:
+    async def _index(self, locked: LockedTask, fmt: str) -> tuple[HeadState, list[Entry]]:
         head = await self.store.recovered_head(locked)
-        files = self.store.files(locked)
-        entries = await asyncio.to_thread(_entries, files, head.messages_bytes, fmt)
-        return head, entries, files
+        async with self.store.reading_messages(locked) as f:
+            entries = await asyncio.to_thread(_entries, f, head.messages_bytes, fmt)
+        return head, entries
 
     def _too_little(self, gain: int, context_tokens: int, *, explicit: bool) -> bool:
         """Whether a compaction would free too little to be worth its marker (and the prompt
@@ -187,37 +184,41 @@ class CompactionService:
         """Summarise the middle of a context; tokens are weighed as ``fmt`` renders them
         (default: the task's own provider format). ``explicit``: asked for through the API."""
         async with self._one_at_a_time(task_uuid, thread_id):
+            # Under the lock: the head and an open messages.jsonl. Indexing the context (it
+            # may hold thousands of records) and summarising read the committed bytes after.
             async with self.store.locked(task_uuid, thread_id) as locked:
                 self._require_running(locked)
                 fmt = fmt or native_format(locked.task.llm_provider)
-                head, entries, files = await self._index(locked, fmt)
+                head = await self.store.recovered_head(locked)
+                backend = backend or await self.store.summary_backend(locked)
+                # The task's plan items, for its own context (a thread's work is not the plan).
+                checklist = None
+                if thread_id == 0:
+                    planning = self.store.task_dir(locked.task) / PLANNING
+                    checklist = await asyncio.to_thread(latest_items, planning)
+                handle = await self.store.open_messages(locked)
+            try:
+                entries = await asyncio.to_thread(_entries, handle, head.messages_bytes, fmt)
                 before = self.budgets.context_tokens(locked, head, fmt)
                 plan = self._plan_condense(locked, entries, before, fmt, explicit=explicit)
                 if isinstance(plan, Skip):
                     return Outcome("skipped", before, before, reason=plan.reason)
-                span = [e.position for e in entries[plan.start : plan.end]]
-                task_files = ContextFiles(self.store.task_dir(locked.task))
-                backend = backend or await asyncio.to_thread(task_files.summary_backend)
                 instruction = plans.kept_instruction(entries)
                 kept = None
                 if instruction is not None:
                     kept = await asyncio.to_thread(
-                        _read_entry, files, instruction, head.messages_bytes
+                        _read_entry, handle, instruction, head.messages_bytes
                     )
-                limit = self._summary_limit(locked, fmt, plan.messages(entries))
-                # The task's plan items, for its own context (a thread's work is not the plan).
-                checklist = None
-                if thread_id == 0:
-                    checklist = await asyncio.to_thread(
-                        latest_items, task_files.directory / PLANNING
-                    )
-                handle = await asyncio.to_thread(open, files.messages, "rb")
-            try:
                 summary = await self.summarizer.summarize(
-                    span_records(handle, head.messages_bytes, span[0], span[-1]),
+                    span_records(
+                        handle,
+                        head.messages_bytes,
+                        entries[plan.start].position,
+                        entries[plan.end - 1].position,
+                    ),
                     backend,
                     kept=kept,
-                    limit=limit,
+                    limit=self._summary_limit(locked, fmt, plan.messages(entries)),
                     plan=checklist.items if checklist else None,
                 )
             except LLMError as exc:
@@ -228,13 +229,17 @@ class CompactionService:
                 raise CompactionFailed(
                     "the summariser returned an empty summary", code=ErrorCode.EMPTY
                 )
+            hidden = Span(plan.start, plan.end)
+            content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
+            marker: Marker = {"role": "user", "content": content, "marker": "condense"}
+            cost = self._cost(locked.task, marker)
+            if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
+                return Outcome("skipped", before, before, reason="context_grew")  # short ones
+            record = self._summary_record("condense", entries, hidden, content, fmt, cost)
+            record["summarizer"] = self.summarizer.describe(backend)
+            marker = _marker_over(marker, record, hidden, entries, cost)
             return await self._commit_condense(
-                (task_uuid, thread_id),
-                fmt,
-                span,
-                summary,
-                self.summarizer.describe(backend),
-                explicit=explicit,
+                locked, head, entries, hidden, marker, record, explicit=explicit
             )
 
     def _plan_condense(
@@ -273,36 +278,79 @@ class CompactionService:
 
     async def _commit_condense(
         self,
-        context: tuple[str, int],
-        fmt: str,
-        span: list[int],
-        summary: str,
-        summarizer: str,
+        indexed: LockedTask,
+        base: HeadState,
+        entries: list[Entry],
+        hidden: Span,
+        marker: Marker,
+        summary: SummaryRecord,
         *,
         explicit: bool,
     ) -> Outcome:
-        async with self.store.locked(*context) as locked:
-            head, entries, files = await self._index(locked, fmt)
-            before = self.budgets.context_tokens(locked, head, fmt)
-            if locked.task.status != "running":  # finished while the summariser worked
-                return Outcome("skipped", before, before, reason="task_not_running")
-            if locked.thread is not None and locked.thread.status != "active":
-                return Outcome("skipped", before, before, reason="thread_not_active")
-            found = [i for i, e in enumerate(entries) if span[0] <= e.position <= span[-1]]
-            if [entries[i].position for i in found] != span:
-                return Outcome("skipped", before, before, reason="context_changed")
-            hidden = Span(found[0], found[-1] + 1)
-            content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
-            marker: Marker = {"role": "user", "content": content, "marker": "condense"}
-            cost = self._cost(locked.task, marker)
-            if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
-                return Outcome("skipped", before, before, reason="context_grew")  # short ones
-            gain = hidden.tokens(entries) - in_format(*cost, fmt)
-            if self._too_little(gain, before, explicit=explicit):
-                return Outcome("skipped", before, before, reason="too_little_gain")
-            record = self._summary_record("condense", entries, hidden, content, fmt, cost)
-            record["summarizer"] = summarizer
-            return await self._commit(locked, head, files, marker, record, hidden, entries, cost)
+        """Commit a condense of ``hidden`` (``entries`` as the context was at ``base``).
+
+        Its new current.jsonl is rendered before the lock is taken; under the lock only what
+        was appended since is added to it. A marker appended since (another compaction, a
+        rewind) may have changed the span: the context is then indexed again, under the lock,
+        and the condense is skipped if its span is no longer what the context shows."""
+        fmt = summary["counted_as"]
+        prepared = await self.store.prepare_marker(indexed, base, marker)
+        try:
+            async with self.store.locked(indexed.task.uuid, indexed.thread_id) as locked:
+                head = await self.store.recovered_head(locked)
+                before = self.budgets.context_tokens(locked, head, fmt)
+                if locked.task.status != "running":  # finished while the summariser worked
+                    return Outcome("skipped", before, before, reason="task_not_running")
+                if locked.thread is not None and locked.thread.status != "active":
+                    return Outcome("skipped", before, before, reason="thread_not_active")
+                gain = summary["original_tokens"] - summary["summary_tokens"]
+                if self._too_little(gain, before, explicit=explicit):
+                    return Outcome("skipped", before, before, reason="too_little_gain")
+                done = None
+                if prepared is not None:
+                    done = await self.store.commit_prepared(
+                        locked, head, prepared, marker, summary, compactions=1
+                    )
+                if done is None:
+                    positions = [e.position for e in entries[hidden.start : hidden.end]]
+                    return await self._condense_indexed(
+                        locked, fmt, positions, marker["content"], summary, explicit=explicit
+                    )
+                new_head, record = done
+                hidden_messages = hidden.messages(entries)
+                return self._committed(locked, before, new_head, record, summary, hidden_messages)
+        finally:
+            if prepared is not None:
+                prepared.discard()
+
+    async def _condense_indexed(
+        self,
+        locked: LockedTask,
+        fmt: str,
+        positions: list[int],
+        content: str,
+        summarized: SummaryRecord,
+        *,
+        explicit: bool,
+    ) -> Outcome:
+        """Commit a condense whose span may have changed since it was summarised, the context
+        indexed again under the lock (held)."""
+        head, entries = await self._index(locked, fmt)
+        before = self.budgets.context_tokens(locked, head, fmt)
+        found = [i for i, e in enumerate(entries) if positions[0] <= e.position <= positions[-1]]
+        if [entries[i].position for i in found] != positions:
+            return Outcome("skipped", before, before, reason="context_changed")
+        hidden = Span(found[0], found[-1] + 1)
+        marker: Marker = {"role": "user", "content": content, "marker": "condense"}
+        cost = self._cost(locked.task, marker)
+        if in_format(*cost, fmt) >= hidden.tokens(entries):
+            return Outcome("skipped", before, before, reason="context_grew")
+        gain = hidden.tokens(entries) - in_format(*cost, fmt)
+        if self._too_little(gain, before, explicit=explicit):
+            return Outcome("skipped", before, before, reason="too_little_gain")
+        record = self._summary_record("condense", entries, hidden, content, fmt, cost)
+        record["summarizer"] = summarized["summarizer"]
+        return await self._commit(locked, head, marker, record, hidden, entries, cost)
 
     @timed_compaction
     async def mask(
@@ -322,7 +370,7 @@ class CompactionService:
         ):
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
-            head, entries, files = await self._index(locked, fmt)
+            head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
             tiers = self.budgets.compaction_options(locked.task)
             chosen = plans.plan_mask(entries, keep_tool_results=tiers.keep_tool_results)
@@ -330,7 +378,8 @@ class CompactionService:
                 return Outcome("skipped", before, before, reason="nothing_to_mask")
             costs = self.store.costs(locked.task)
             shown = {entries[i].position: entries[i].tokens for i in chosen}
-            masks = await asyncio.to_thread(_masks, files, head.messages_bytes, list(shown), costs)
+            async with self.store.reading_messages(locked) as f:
+                masks = await asyncio.to_thread(_masks, f, head.messages_bytes, list(shown), costs)
             # A result cut to less than its placeholder would cost stays as it is.
             masks = [
                 m
@@ -356,10 +405,9 @@ class CompactionService:
                 "timestamp": summary["timestamp"],
                 "tokens": 0,
             }
-            new_head, record = await asyncio.to_thread(
-                commit_marker, files, head, marker, summary, fsync=self.store.fsync
+            new_head, record = await self.store.commit_marker(
+                locked, head, marker, summary, compactions=1
             )
-            await self.store.save_head(locked, new_head, compactions=1)
             after = self.budgets.context_tokens(locked, new_head, fmt)
             log.info(
                 "task %s thread %d: masked %d tool results, %d -> %d tokens",
@@ -388,12 +436,13 @@ class CompactionService:
         ):
             self._require_running(locked)
             fmt = fmt or native_format(locked.task.llm_provider)
-            head, entries, files = await self._index(locked, fmt)
+            head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
             plan = plans.plan_truncate(entries)
             if isinstance(plan, Skip):
                 return Outcome("skipped", before, before, reason=plan.reason)
-            facts = await asyncio.to_thread(_hidden_facts, files, head, plan.hides(entries))
+            async with self.store.reading_messages(locked) as f:
+                facts = await asyncio.to_thread(_hidden_facts, f, head, plan.hides(entries))
             content = truncation_text(
                 plan.messages(entries),
                 facts,
@@ -408,7 +457,7 @@ class CompactionService:
             if self._too_little(gain, before, explicit=explicit):
                 return Outcome("skipped", before, before, reason="too_little_gain")
             record = self._summary_record("truncation", entries, plan, content, fmt, cost)
-            return await self._commit(locked, head, files, marker, record, plan, entries, cost)
+            return await self._commit(locked, head, marker, record, plan, entries, cost)
 
     @timed_compaction
     async def elide(
@@ -422,22 +471,23 @@ class CompactionService:
             self.store.locked(task_uuid, thread_id) as locked,
         ):
             fmt = fmt or native_format(locked.task.llm_provider)
-            head, entries, files = await self._index(locked, fmt)
+            head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
             costs = self.store.costs(locked.task)
             # Reading and counting large messages: off the event loop.
-            found = await asyncio.to_thread(
-                partial(_elision, cap=self.budgets.message_cap(locked)),
-                files,
-                head.messages_bytes,
-                entries,
-                costs,
-                excess,
-                fmt,
-            )
+            async with self.store.reading_messages(locked) as f:
+                found = await asyncio.to_thread(
+                    partial(_elision, cap=self.budgets.message_cap(locked)),
+                    f,
+                    head.messages_bytes,
+                    entries,
+                    costs,
+                    excess,
+                    fmt,
+                )
             if found is None:
                 return Outcome("skipped", before, before, reason="nothing_to_elide")
-            return await self._commit_elision(locked, head, files, entries, found, fmt)
+            return await self._commit_elision(locked, head, entries, found, fmt)
 
     async def cap(self, task_uuid: str, after_seq: int, *, thread_id: int = 0) -> Outcome | None:
         """Cut each message appended after ``after_seq`` that costs more than the context's
@@ -459,7 +509,7 @@ class CompactionService:
     async def _cap_largest(self, task_uuid: str, after_seq: int, thread_id: int) -> Outcome:
         async with self.store.locked(task_uuid, thread_id) as locked:
             fmt = native_format(locked.task.llm_provider)
-            head, entries, files = await self._index(locked, fmt)
+            head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
             try:
                 self._require_running(locked)
@@ -475,24 +525,24 @@ class CompactionService:
                 return Outcome("skipped", before, before, reason="nothing_to_cap")
             largest = max(over, key=lambda i: entries[i].tokens)
             costs = self.store.costs(locked.task)
-            found = await asyncio.to_thread(
-                partial(_elision, cap=cap, only=largest),
-                files,
-                head.messages_bytes,
-                entries,
-                costs,
-                0,
-                fmt,
-            )
+            async with self.store.reading_messages(locked) as f:
+                found = await asyncio.to_thread(
+                    partial(_elision, cap=cap, only=largest),
+                    f,
+                    head.messages_bytes,
+                    entries,
+                    costs,
+                    0,
+                    fmt,
+                )
             if found is None:
                 return Outcome("skipped", before, before, reason="nothing_to_elide")
-            return await self._commit_elision(locked, head, files, entries, found, fmt)
+            return await self._commit_elision(locked, head, entries, found, fmt)
 
     async def _commit_elision(
         self,
         locked: LockedTask,
         head: HeadState,
-        files: ContextFiles,
         entries: list[Entry],
         found: tuple[int, Marker, tuple[int, FormatTokens]],
         fmt: str,
@@ -500,7 +550,7 @@ class CompactionService:
         index, marker, cost = found
         span = Span(index, index + 1)
         record = self._summary_record("elision", entries, span, "", fmt, cost)
-        return await self._commit(locked, head, files, marker, record, span, entries, cost)
+        return await self._commit(locked, head, marker, record, span, entries, cost)
 
     async def fit(
         self, task_uuid: str, fmt: str | None = None, *, thread_id: int = 0
@@ -654,7 +704,7 @@ class CompactionService:
             budget = self.budgets.context_budget(locked)
             if tokens < budget.threshold:  # the usual case: no need to index the context
                 return {"action": "none"}
-            _, entries, _ = await self._index(locked, fmt)
+            _, entries = await self._index(locked, fmt)
             condense = self._plan_condense(locked, entries, tokens, fmt, explicit=False)
         if isinstance(condense, Span):
             return {"action": "condense", **_describe(condense, entries)}
@@ -680,8 +730,8 @@ class CompactionService:
         ):
             self._require_running(locked)
             head = await self.store.recovered_head(locked)
-            files = self.store.files(locked)
-            target = await asyncio.to_thread(_read_seq, files, to_seq, head.messages_bytes)
+            async with self.store.reading_messages(locked) as f:
+                target = await asyncio.to_thread(record_at, f, to_seq, head.messages_bytes)
             if target is None or is_marker(target):
                 raise InvalidInput(
                     f"seq {to_seq} is not a message of this task",
@@ -695,10 +745,7 @@ class CompactionService:
                 "timestamp": utc_timestamp(),
                 "tokens": 0,
             }
-            new_head, _ = await asyncio.to_thread(
-                commit_marker, files, head, marker, None, fsync=self.store.fsync
-            )
-            await self.store.save_head(locked, new_head)
+            new_head, _ = await self.store.commit_marker(locked, head, marker, None, compactions=0)
             log.info("task %s thread %d: rewound to seq %d", task_uuid, thread_id, to_seq)
             return new_head
 
@@ -736,29 +783,28 @@ class CompactionService:
         self,
         locked: LockedTask,
         head: HeadState,
-        files: ContextFiles,
         marker: Marker,
         summary: SummaryRecord,
         span: Span,
         entries: list[Entry],
         cost: tuple[int, FormatTokens],
     ) -> Outcome:
-        fmt = summary["counted_as"]
-        before = self.budgets.context_tokens(locked, head, fmt)
-        hidden = span.messages(entries)
-        marker = {
-            **marker,
-            "hides": list(span.hides(entries)),
-            HIDDEN_MESSAGES: hidden,
-            "timestamp": summary["timestamp"],
-            "tokens": cost[0],
-            "format_tokens": cost[1],
-        }
-        new_head, record = await asyncio.to_thread(
-            commit_marker, files, head, marker, summary, fsync=self.store.fsync
+        before = self.budgets.context_tokens(locked, head, summary["counted_as"])
+        new_head, record = await self.store.commit_marker(
+            locked, head, _marker_over(marker, summary, span, entries, cost), summary, compactions=1
         )
-        await self.store.save_head(locked, new_head, compactions=1)
-        after = self.budgets.context_tokens(locked, new_head, fmt)
+        return self._committed(locked, before, new_head, record, summary, span.messages(entries))
+
+    def _committed(
+        self,
+        locked: LockedTask,
+        before: int,
+        new_head: HeadState,
+        record: Marker,
+        summary: SummaryRecord,
+        hidden: int,
+    ) -> Outcome:
+        after = self.budgets.context_tokens(locked, new_head, summary["counted_as"])
         log.info(
             "task %s thread %d: %s of %d messages, %d -> %d tokens",
             locked.task.uuid,
@@ -775,6 +821,24 @@ class CompactionService:
             summary_id=record.get("summary_id"),
             hidden_messages=hidden,
         )
+
+
+def _marker_over(
+    marker: Marker,
+    summary: SummaryRecord,
+    span: Span,
+    entries: list[Entry],
+    cost: tuple[int, FormatTokens],
+) -> Marker:
+    """A compaction's marker with what it hides and what it costs."""
+    return {
+        **marker,
+        "hides": list(span.hides(entries)),
+        HIDDEN_MESSAGES: span.messages(entries),
+        "timestamp": summary["timestamp"],
+        "tokens": cost[0],
+        "format_tokens": cost[1],
+    }
 
 
 def summary_fields(
@@ -808,9 +872,8 @@ def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:
     }
 
 
-def _entries(files: ContextFiles, end: int, fmt: str) -> list[Entry]:
-    with open(files.messages, "rb") as f:
-        return [Entry.of(record, fmt) for record in visible_records(f, end)]
+def _entries(f: BinaryIO, end: int, fmt: str) -> list[Entry]:
+    return [Entry.of(record, fmt) for record in visible_records(f, end)]
 
 
 def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
@@ -821,24 +884,18 @@ def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[st
             yield record
 
 
-def _hidden_facts(files: ContextFiles, head: HeadState, hides: tuple[int, int]) -> HiddenFacts:
-    with open(files.messages, "rb") as f:
-        return hidden_facts(span_records(f, head.messages_bytes, *hides))
+def _hidden_facts(f: BinaryIO, head: HeadState, hides: tuple[int, int]) -> HiddenFacts:
+    return hidden_facts(span_records(f, head.messages_bytes, *hides))
 
 
-def _read_seq(files: ContextFiles, seq: int, end: int) -> dict[str, Any] | None:
-    with open(files.messages, "rb") as f:
-        return record_at(f, seq, end)
-
-
-def _read_entry(files: ContextFiles, entry: Entry, end: int) -> dict[str, Any]:
-    record = _read_seq(files, entry.seq, end)
+def _read_entry(f: BinaryIO, entry: Entry, end: int) -> dict[str, Any]:
+    record = record_at(f, entry.seq, end)
     assert record is not None
     return record
 
 
 def _elision(
-    files: ContextFiles,
+    f: BinaryIO,
     end: int,
     entries: list[Entry],
     costs: TokenCosts,
@@ -857,7 +914,7 @@ def _elision(
     error lines it lost, after the cut; without them it is tried only when no message of any
     group gives way (an error is what an agent most needs again).
     """
-    shown = ShownRecords(files, end, entries)
+    shown = ShownRecords(f, end, entries)
     groups = plans.elision_order(entries, minimum=64) if only is None else ([only], [])
     attempts = []
     for group in groups:  # contents, with a cut output's lost error lines; then arguments
@@ -904,23 +961,22 @@ class ShownRecords:
     message as posted (or as an earlier elision left it), a masked result as its placeholder
     (the original must not come back)."""
 
-    def __init__(self, files: ContextFiles, end: int, entries: list[Entry]) -> None:
-        self.files, self.end, self.entries = files, end, entries
+    def __init__(self, f: BinaryIO, end: int, entries: list[Entry]) -> None:
+        self.f, self.end, self.entries = f, end, entries
         self.cache: dict[int, dict[str, Any]] = {}
 
     def read(self, index: int) -> dict[str, Any]:
         if index not in self.cache:
             entry = self.entries[index]
-            with open(self.files.messages, "rb") as f:
-                if entry.masked:  # every placeholder in one pass: they come together
-                    masked = {e.position: i for i, e in enumerate(self.entries) if e.masked}
-                    for record in visible_records(f, self.end):
-                        if position(record) in masked:
-                            self.cache[masked[position(record)]] = record
-                else:
-                    found = record_at(f, entry.seq, self.end)
-                    assert found is not None
-                    self.cache[index] = found
+            if entry.masked:  # every placeholder in one pass: they come together
+                masked = {e.position: i for i, e in enumerate(self.entries) if e.masked}
+                for record in visible_records(self.f, self.end):
+                    if position(record) in masked:
+                        self.cache[masked[position(record)]] = record
+            else:
+                found = record_at(self.f, entry.seq, self.end)
+                assert found is not None
+                self.cache[index] = found
         return self.cache[index]
 
 
@@ -1011,34 +1067,34 @@ def _excess_to_keep(tokens: int, kept: int) -> int:
     return max(0, int((tokens - kept) / CUT_MARGIN))
 
 
-def _masks(files: ContextFiles, end: int, seqs: list[int], costs: TokenCosts) -> list[MaskedResult]:
+def _masks(f: BinaryIO, end: int, seqs: list[int], costs: TokenCosts) -> list[MaskedResult]:
     """What replaces each of these tool results (by seq, as posted): a placeholder naming the
     call, the output's size and its seq, with the placeholder's costs."""
     wanted = set(seqs)
     calls: dict[str, dict[str, Any]] = {}
+    found: list[tuple[dict[str, Any], dict[str, Any]]] = []  # each result, and its call
+    for record in visible_records(f, end, masked=False):
+        for call in record.get("tool_calls") or ():
+            calls[call["id"]] = call["function"]
+        if position(record) in wanted:
+            found.append((record, calls.get(record["tool_call_id"], {})))
     masks: list[MaskedResult] = []
-    with open(files.messages, "rb") as f, open(files.messages, "rb") as originals:
-        for record in visible_records(f, end, masked=False):
-            for call in record.get("tool_calls") or ():
-                calls[call["id"]] = call["function"]
-            if position(record) not in wanted:
-                continue
-            if is_marker(record):  # a result an elision cut: the placeholder tells the original
-                found = record_at(originals, position(record), end)
-                assert found is not None
-                record = found
-            function = calls.get(record["tool_call_id"], {})
-            content = mask_placeholder(record, function)
-            masked = openai_message(record) | {"content": content}
-            tokens, format_tokens = costs.message(masked)
-            masks.append(
-                {
-                    "seq": record["seq"],
-                    "content": content,
-                    "tokens": tokens,
-                    "format_tokens": format_tokens,
-                }
-            )
+    for record, function in found:
+        if is_marker(record):  # a result an elision cut: the placeholder tells the original
+            original = record_at(f, position(record), end)
+            assert original is not None
+            record = original
+        content = mask_placeholder(record, function)
+        masked = openai_message(record) | {"content": content}
+        tokens, format_tokens = costs.message(masked)
+        masks.append(
+            {
+                "seq": record["seq"],
+                "content": content,
+                "tokens": tokens,
+                "format_tokens": format_tokens,
+            }
+        )
     return masks
 
 

@@ -8,6 +8,8 @@ head back into agreement, treating ``messages.jsonl`` as the record of truth.
 """
 
 import logging
+import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from app.errors import ContextFilesDamaged, TaskMetadataMissing
 from app.storage.jsonl import (
     append_bytes,
     dumps_line,
+    fsync_dir,
     iter_lines,
     iter_lines_backward,
     last_record,
@@ -270,10 +273,22 @@ def commit_marker(
     *,
     fsync: bool,
 ) -> tuple[HeadState, Marker]:
-    """Append a marker (and its summaries.jsonl record) and rebuild current.jsonl.
+    """Append a marker (and its summaries.jsonl record) and rebuild current.jsonl."""
+    record = _append_marker(files, head, marker, summary, fsync=fsync)
+    new_head, _ = rebuild(files, fsync=fsync)
+    return new_head, record
 
-    The summary record goes first: one whose marker never made it is simply never in force.
-    """
+
+def _append_marker(
+    files: ContextFiles,
+    head: HeadState,
+    marker: Marker,
+    summary: SummaryRecord | None,
+    *,
+    fsync: bool,
+) -> Marker:
+    """The marker after ``head`` in messages.jsonl, its summaries.jsonl record first: one
+    whose marker never made it is simply never in force."""
     record: Marker = {"seq": head.last_seq + 1, "type": MARKER_TYPE, **marker}
     if summary is not None:
         path = files.directory / SUMMARIES
@@ -283,7 +298,94 @@ def commit_marker(
         line = {"id": record["summary_id"], **summary, "marker_seq": record["seq"]}
         append_bytes(path, dumps_line(line), fsync=fsync)
     append_bytes(files.messages, dumps_line(record), fsync=fsync)
-    new_head, _ = rebuild(files, fsync=fsync)
+    return record
+
+
+@dataclass
+class PreparedView:
+    """The current.jsonl that messages.jsonl up to ``base`` and a compaction marker after it
+    make, written beside current.jsonl (without the lock: the committed bytes never change),
+    for :func:`commit_prepared` to finish under the lock."""
+
+    path: Path
+    base: HeadState  # the head it was rendered from
+    view: HeadState  # its current.jsonl figures (the messages.jsonl ones come at the commit)
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def prepare_view(files: ContextFiles, f: BinaryIO, base: HeadState, marker: Marker) -> PreparedView:
+    """Render, from an open messages.jsonl, the current.jsonl of ``base`` with ``marker``.
+
+    The rendering does not depend on the marker's seq (current.jsonl's lines carry none, and a
+    compaction marker stands where its ``hides`` range starts), so records appended before the
+    commit only add their lines after it.
+    """
+    end = base.messages_bytes
+    provisional = {"seq": base.last_seq + 1, "type": MARKER_TYPE, **marker}
+    markers = [orjson.loads(x) for _, x in iter_lines(f, 0, end) if MARKER in x]
+    active = effective.plan([*markers, provisional])
+    view = HeadState()
+    path = files.current.with_name(f"{CURRENT}.{uuid.uuid4().hex}.prepared")
+    try:
+        with open(path, "wb") as out:
+            buffer: list[bytes] = []
+            records = (orjson.loads(x) for _, x in iter_lines(f, 0, end))
+            for record in effective.visible(records, active):
+                line = current_line(record)
+                view.current_bytes += len(line)
+                view.current_messages += 1
+                view.add_tokens(record)
+                advance_tool_calls(view.open_tool_calls, record)
+                buffer.append(line)
+                if len(buffer) >= 256:
+                    out.write(b"".join(buffer))
+                    buffer = []
+            out.write(b"".join(buffer))
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return PreparedView(path, base, view)
+
+
+def commit_prepared(
+    files: ContextFiles,
+    prepared: PreparedView,
+    head: HeadState,
+    marker: Marker,
+    summary: SummaryRecord | None,
+    *,
+    fsync: bool,
+) -> tuple[HeadState, Marker] | None:
+    """:func:`commit_marker` of a marker whose current.jsonl was prepared from an earlier head:
+    the records appended since (``head``, under the lock) go after the prepared lines, then
+    the marker is appended and the prepared file replaces current.jsonl. None, with nothing
+    written, when a marker was appended since (or the file is no longer the one it was
+    rendered from): the prepared rendering no longer holds."""
+    base = prepared.base
+    if head.messages_bytes < base.messages_bytes:  # cut since: an operator's repair
+        return None
+    tail = [
+        line for _, line in iter_lines(files.messages, base.messages_bytes, head.messages_bytes)
+    ]
+    try:
+        records = [orjson.loads(line) for line in tail]
+    except orjson.JSONDecodeError:  # the file is not the one rendered (an operator's repair)
+        return None
+    seqs = [record.get("seq") for record in records]
+    if seqs != list(range(base.last_seq + 1, head.last_seq + 1)) or any(map(is_marker, records)):
+        return None
+    accumulator = ContextAccumulator(prepared.view)
+    lines = [accumulator.admit(r, line + b"\n") for r, line in zip(records, tail, strict=True)]
+    record = _append_marker(files, head, marker, summary, fsync=fsync)
+    append_bytes(prepared.path, b"".join(lines), fsync=fsync)
+    os.replace(prepared.path, files.current)
+    if fsync:
+        fsync_dir(files.directory)
+    new_head = accumulator.head
+    new_head.last_seq = record["seq"]
+    new_head.messages_bytes = head.messages_bytes + len(dumps_line(record))
     return new_head, record
 
 

@@ -10,7 +10,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Update, and_, select, update
+from sqlalchemy import Update, and_, bindparam, select, update
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context.files import Recovery
@@ -27,6 +28,73 @@ TASKS = Task.metadata.tables["tasks"]
 THREADS = Thread.metadata.tables["threads"]
 
 
+# (attribute, column) of the task row: the attribute of column "metadata" is metadata_.
+_TASK_ATTRIBUTES = [
+    (attribute.key, attribute.columns[0].name) for attribute in sa_inspect(Task).mapper.column_attrs
+]
+_HEAD_FIELDS = (
+    "last_seq",
+    "messages_bytes",
+    "current_bytes",
+    "current_messages",
+    "context_tokens",
+    "open_tool_calls",
+    "format_tokens",
+)
+_CONTEXT = (
+    select(
+        TASKS,
+        *(HEADS.c[name].label(f"head_{name}") for name in _HEAD_FIELDS),
+        select(THREADS.c.thread_id)
+        .where(THREADS.c.task_uuid == TASKS.c.uuid)
+        .exists()
+        .label("has_threads"),
+    )
+    .outerjoin(
+        HEADS,
+        and_(HEADS.c.task_uuid == TASKS.c.uuid, HEADS.c.thread_id == bindparam("thread")),
+    )
+    .where(TASKS.c.uuid == bindparam("task"))
+)
+
+# The write-behind's statements, built once: a round runs each as one executemany.
+_HEAD_BASES = (
+    select(
+        HEADS.c.task_uuid,
+        HEADS.c.thread_id,
+        HEADS.c.last_seq,
+        HEADS.c.messages_bytes,
+        HEADS.c.current_bytes,
+    )
+    .where(HEADS.c.task_uuid.in_(bindparam("tasks", expanding=True)))
+    .with_for_update()
+)
+_HEAD_MOVE = update(HEADS).where(
+    HEADS.c.task_uuid == bindparam("b_task"), HEADS.c.thread_id == bindparam("b_thread")
+)
+_TASK_COUNTS = (
+    update(TASKS)
+    .where(TASKS.c.uuid == bindparam("b_task"))
+    .values(
+        total_messages=TASKS.c.total_messages + bindparam("b_messages"),
+        llm_call_count=TASKS.c.llm_call_count + bindparam("b_llm_calls"),
+        tool_call_count=TASKS.c.tool_call_count + bindparam("b_tool_calls"),
+        total_tokens=TASKS.c.total_tokens + bindparam("b_usage_tokens"),
+        updated_at=bindparam("b_updated_at"),
+    )
+)
+_SERVED = (
+    update(TASKS)
+    .where(TASKS.c.uuid == bindparam("b_task"))
+    .values(served_tokens=bindparam("b_tokens"))
+)
+_THREAD_COUNT = (
+    update(THREADS)
+    .where(THREADS.c.task_uuid == bindparam("b_task"), THREADS.c.thread_id == bindparam("b_thread"))
+    .values(message_count=THREADS.c.message_count + bindparam("b_messages"))
+)
+
+
 def head_state(row: ContextHead) -> HeadState:
     return HeadState(
         last_seq=row.last_seq,
@@ -41,24 +109,31 @@ def head_state(row: ContextHead) -> HeadState:
 
 async def load_context(
     session: AsyncSession, task_uuid: str, thread_id: int
-) -> tuple[Task, ContextHead | None, bool] | None:
-    """A task's row, the head row of one of its contexts (None if it has none) and whether the
-    task has threads, in one query: most have none to read. None if there is no such task."""
-    has_threads = select(Thread.thread_id).where(Thread.task_uuid == Task.uuid).exists()
-    row = (
-        await session.execute(
-            select(Task, ContextHead, has_threads)
-            .outerjoin(
-                ContextHead,
-                and_(ContextHead.task_uuid == Task.uuid, ContextHead.thread_id == thread_id),
-            )
-            .where(Task.uuid == task_uuid)
-        )
-    ).first()
+) -> tuple[Task, HeadState | None, bool] | None:
+    """A task's row, the head of one of its contexts (None if it has none) and whether the
+    task has threads, in one query: most have none to read. None if there is no such task.
+
+    A Core query and a row object built from it (not attached to any session): every access
+    but an append reads these, and the ORM's loading costs about as much again as the query.
+    """
+    connection = await session.connection()
+    row = (await connection.execute(_CONTEXT, {"task": task_uuid, "thread": thread_id})).first()
     if row is None:
         return None
-    task, head, any_threads = row
-    return task, head, any_threads
+    values = row._mapping
+    task = Task(**{attribute: values[column] for attribute, column in _TASK_ATTRIBUTES})
+    head = None
+    if values["head_last_seq"] is not None:
+        head = HeadState(
+            last_seq=values["head_last_seq"],
+            messages_bytes=values["head_messages_bytes"],
+            current_bytes=values["head_current_bytes"],
+            current_messages=values["head_current_messages"],
+            context_tokens=values["head_context_tokens"],
+            open_tool_calls=list(values["head_open_tool_calls"]),
+            format_tokens=dict(values["head_format_tokens"] or {}),
+        )
+    return task, head, bool(values["has_threads"])
 
 
 async def load_heads(session: AsyncSession, task_uuid: str) -> list[ContextHead]:
@@ -159,11 +234,75 @@ async def write_pending(session: AsyncSession, key: ContextKey, entry: PendingHe
     return True
 
 
+async def write_pending_batch(
+    session: AsyncSession, entries: list[tuple[ContextKey, PendingHead]]
+) -> list[tuple[ContextKey, PendingHead]]:
+    """:func:`write_pending` of many contexts at once (the write-behind's round; their task
+    locks held, so no head moves during it): their heads read in one query, and those still
+    at their bases moved with one executemany per table. Returns the entries written."""
+    if not entries:
+        return []
+    connection = await session.connection()
+    tasks = {task_uuid for (task_uuid, _), _ in entries}
+    rows = await connection.execute(_HEAD_BASES, {"tasks": sorted(tasks)})
+    found = {(row[0], row[1]): tuple(row[2:]) for row in rows}
+    written = []
+    for key, entry in entries:
+        base = entry.base
+        if found.get(key) == (base.last_seq, base.messages_bytes, base.current_bytes):
+            written.append((key, entry))
+        else:
+            log.info("task %s thread %d: pending head dropped, the head moved", *key)
+    if not written:
+        return []
+    await connection.execute(
+        _HEAD_MOVE,
+        [{"b_task": key[0], "b_thread": key[1], **vars(entry.head)} for key, entry in written],
+    )
+    await connection.execute(
+        _TASK_COUNTS,
+        [
+            {
+                "b_task": key[0],
+                "b_messages": entry.stats.messages,
+                "b_llm_calls": entry.stats.llm_calls,
+                "b_tool_calls": entry.stats.tool_calls,
+                "b_usage_tokens": entry.stats.usage_tokens,
+                "b_updated_at": entry.updated_at,
+            }
+            for key, entry in written
+        ],
+    )
+    threads = [(key, entry) for key, entry in written if key[1]]
+    if threads:
+        await connection.execute(
+            _THREAD_COUNT,
+            [
+                {"b_task": key[0], "b_thread": key[1], "b_messages": entry.stats.messages}
+                for key, entry in threads
+            ],
+        )
+    for (task_uuid, _), entry in written:
+        if entry.keys:
+            await _register_keys(session, task_uuid, list(entry.keys.values()), entry.updated_at)
+    return written
+
+
 async def write_served(session: AsyncSession, task_uuid: str, tokens: int) -> None:
     """The counted tokens of the payload served last, for the next reported usage."""
     await session.execute(
         update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
     )
+
+
+async def write_served_batch(session: AsyncSession, served: dict[str, int]) -> None:
+    """:func:`write_served` of many tasks, one executemany."""
+    if served:
+        connection = await session.connection()
+        await connection.execute(
+            _SERVED,
+            [{"b_task": task_uuid, "b_tokens": tokens} for task_uuid, tokens in served.items()],
+        )
 
 
 def stats_values(recovery: Recovery, stats: StatsDelta, thread_id: int) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""The context store: every read and write of a task's contexts goes through here.
+"""The context store: every read and write of a task's contexts goes through here, and the
+creation of a task's directory (its metadata.json and first messages, staged then moved into
+place).
 
 Writes to one task are serialised by the task lock (in-process and across processes). Every
 access under the lock first checks the files against the committed head and repairs them if a
@@ -14,6 +16,7 @@ usage (:mod:`app.tokens.calibration`).
 import asyncio
 import dataclasses
 import logging
+import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
@@ -22,17 +25,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
+import orjson
+
 from app.config import Settings
 from app.context import heads
 from app.context.files import (
     MARKER,
     ContextFiles,
+    PreparedView,
     Recovery,
     Where,
     accept_loss,
+    commit_marker,
+    commit_prepared,
+    prepare_view,
     read_metadata,
     rebuild,
     recover,
+    write_group,
 )
 from app.context.group_commit import (
     AppendQueues,
@@ -44,12 +54,14 @@ from app.context.group_commit import (
 )
 from app.context.pending import ContextKey
 from app.context.records import (
+    ContextAccumulator,
     HeadState,
     IdempotentResult,
     StatsDelta,
     refuse_reserved,
     utc_timestamp,
 )
+from app.context.shapes import Marker, SummaryRecord
 from app.context.write_behind import WriteBehind
 from app.db.engine import Database
 from app.db.models import ContextHead, Task, Thread
@@ -67,8 +79,24 @@ from app.errors import (
 )
 from app.formats.costs import TokenCosts, TokenCounting
 from app.storage.failures import storage_failure
-from app.storage.jsonl import first_damaged_line, fsync_dir, iter_lines, size_of, truncate
-from app.storage.layout import CURRENT, MESSAGES, STATUS_DIRS, Layout, context_dir
+from app.storage.jsonl import (
+    first_damaged_line,
+    fsync_dir,
+    iter_lines,
+    size_of,
+    truncate,
+    write_atomic,
+)
+from app.storage.layout import (
+    CURRENT,
+    FINAL_SUMMARY,
+    MESSAGES,
+    METADATA,
+    ORPHANS,
+    STATUS_DIRS,
+    Layout,
+    context_dir,
+)
 from app.storage.locks import TaskLocks
 from app.tokens.calibration import CalibrationPolicy
 
@@ -231,10 +259,17 @@ class ContextStore:
                 code=ErrorCode.HEAD_MISSING,
             )
         await asyncio.to_thread(self._ensure_directory, task)
-        committed = heads.head_state(head)
         if remember and task.status == "running" and not thread_id:
+            # A copy: the head handed to the lock's holder is its own.
+            committed = dataclasses.replace(
+                head,
+                open_tool_calls=list(head.open_tool_calls),
+                format_tokens=dict(head.format_tokens),
+            )
             self._rows[task_uuid] = _RememberedRow(task, committed, time.monotonic())
-        return LockedTask(task, self._head_of(task_uuid, thread_id, head), thread_id, threads)
+        return LockedTask(
+            task, self._over_committed(task_uuid, thread_id, head), thread_id, threads
+        )
 
     async def _remembered(self, task_uuid: str) -> LockedTask | None:
         """The root of a locked task from this process's copy of its row, if that is recent
@@ -262,7 +297,10 @@ class ContextStore:
 
     def _head_of(self, task_uuid: str, thread_id: int, row: ContextHead) -> HeadState:
         """A context's head: this process's pending one if the database's is its base."""
-        committed = heads.head_state(row)
+        return self._over_committed(task_uuid, thread_id, heads.head_state(row))
+
+    def _over_committed(self, task_uuid: str, thread_id: int, committed: HeadState) -> HeadState:
+        """:meth:`_head_of` a head as the database holds it."""
         pending = self.write_behind.pending.view((task_uuid, thread_id), committed)
         return committed if pending is None else pending.head
 
@@ -306,7 +344,70 @@ class ContextStore:
         log.warning("task %s: moving its directory from %s to %s", task.uuid, found[0], expected)
         self.layout.move(task.uuid, found[0], expected)
 
+    # -- a task's directory ---------------------------------------------------------------
+
+    async def stage_task(
+        self, task: Task, metadata: dict[str, Any], initial: list[dict[str, Any]]
+    ) -> tuple[HeadState, StatsDelta]:
+        """Write a new task's files in ``.staging/``: its metadata.json and its ``initial``
+        messages (the task lock held, no row yet). Returns the head and counters they make."""
+        staging = self.layout.location_dir(".staging", task.uuid)
+        return await asyncio.to_thread(
+            _stage_files,
+            staging,
+            metadata,
+            initial,
+            self.counting,
+            task.token_counter,
+            max_message_bytes=self._max_message_bytes,
+            fsync=self.fsync,
+        )
+
+    async def place_staged(self, task_uuid: str) -> None:
+        """Move a staged task's directory to where a running task's lives."""
+        await asyncio.to_thread(self.layout.move, task_uuid, ".staging", "running")
+
+    async def discard_staged(self, task_uuid: str) -> None:
+        """Remove a staged directory whose create failed."""
+        staging = self.layout.location_dir(".staging", task_uuid)
+        await asyncio.to_thread(shutil.rmtree, staging, ignore_errors=True)
+
+    async def clear_the_way(self, task_uuid: str) -> None:
+        """Make room for a new task's directory (its row does not exist; the lock is held).
+
+        A directory in a status location has no row, so its files are not a task's the
+        service knows, perhaps newer than a restored database: set aside intact, never
+        overwritten. One in .trash/ is the rest of a delete that committed: removed.
+        """
+        await asyncio.to_thread(_clear_the_way, self.layout, task_uuid)
+
+    async def final_summaries_ready(self, tasks: list[Task]) -> list[bool]:
+        """Whether each of these tasks has its final_summary.txt written."""
+
+        def ready() -> list[bool]:
+            return [(self.task_dir(t) / FINAL_SUMMARY).is_file() for t in tasks]
+
+        return await asyncio.to_thread(ready)
+
+    async def summary_backend(self, locked: LockedTask) -> str | None:
+        """The summary backend the locked task chose at creation (metadata.json), if any."""
+        return await asyncio.to_thread(ContextFiles(self.task_dir(locked.task)).summary_backend)
+
     # -- reads ----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def reading_messages(self, locked: LockedTask) -> AsyncIterator[BinaryIO]:
+        """messages.jsonl of a locked context, open for reading (in worker threads) up to a
+        committed head's byte count: the file only grows, so the handle may outlive the lock."""
+        handle = await self.open_messages(locked)
+        try:
+            yield handle
+        finally:
+            handle.close()
+
+    async def open_messages(self, locked: LockedTask) -> BinaryIO:
+        """:meth:`reading_messages` for a caller that closes the handle itself, later."""
+        return await asyncio.to_thread(open, self.files(locked).messages, "rb")
 
     async def snapshot(
         self, task_uuid: str, file_name: Literal["messages", "current"], thread_id: int = 0
@@ -319,6 +420,14 @@ class ContextStore:
         self, locked: LockedTask, file_name: Literal["messages", "current"]
     ) -> Snapshot:
         """:meth:`snapshot` of a context whose task lock is held."""
+        # Usually the files agree with the head and nothing needs repair: one worker thread
+        # call checks that and opens them (a payload's fixed cost is mostly such hand-offs).
+        opened = await asyncio.to_thread(
+            _open_if_whole, self.task_dir(locked.task), self.files(locked), locked.head, file_name
+        )
+        if opened is not None:
+            handle, metadata = opened
+            return Snapshot(context=locked, head=locked.head, handle=handle, metadata=metadata)
         head = await self.recovered_head(locked, reading=True)
         if file_name == "current":
             head = await self._whole_current(locked, head)
@@ -523,6 +632,62 @@ class ContextStore:
             await self._save(locked, recovery, head, StatsDelta(), [])
             return lost
 
+    async def commit_marker(
+        self,
+        locked: LockedTask,
+        head: HeadState,
+        marker: Marker,
+        summary: SummaryRecord | None,
+        *,
+        compactions: int,
+    ) -> tuple[HeadState, Marker]:
+        """Append a compaction's or rewind's marker (and its summaries.jsonl record) to the
+        locked context at ``head``, rebuild current.jsonl and commit the new head."""
+        new_head, record = await asyncio.to_thread(
+            commit_marker, self.files(locked), head, marker, summary, fsync=self.fsync
+        )
+        await self.save_head(locked, new_head, compactions=compactions)
+        return new_head, record
+
+    async def prepare_marker(
+        self, locked: LockedTask, base: HeadState, marker: Marker
+    ) -> PreparedView | None:
+        """Render the current.jsonl a compaction marker after ``base`` makes, without the task
+        lock (``locked`` as it was when ``base`` was read): the long part of a compaction's
+        commit, so that appends meanwhile do not wait for it. None if the files could not be
+        written there (the directory moved with a status change): commit the usual way."""
+        files = self.files(locked)
+
+        def prepare() -> PreparedView:
+            with open(files.messages, "rb") as f:
+                return prepare_view(files, f, base, marker)
+
+        try:
+            return await asyncio.to_thread(prepare)
+        except OSError as exc:
+            log.info("%s: marker not prepared (%s)", Where(locked.task.uuid, locked.thread_id), exc)
+            return None
+
+    async def commit_prepared(
+        self,
+        locked: LockedTask,
+        head: HeadState,
+        prepared: PreparedView,
+        marker: Marker,
+        summary: SummaryRecord | None,
+        *,
+        compactions: int,
+    ) -> tuple[HeadState, Marker] | None:
+        """:meth:`commit_marker` with current.jsonl prepared (:meth:`prepare_marker`): what the
+        lock covers is the records appended since it was prepared, the marker, a rename and the
+        head. None, with nothing written, if a marker was appended since."""
+        done = await asyncio.to_thread(
+            commit_prepared, self.files(locked), prepared, head, marker, summary, fsync=self.fsync
+        )
+        if done is not None:
+            await self.save_head(locked, done[0], compactions=compactions)
+        return done
+
     async def save_head(self, locked: LockedTask, head: HeadState, *, compactions: int = 0) -> None:
         """Commit a head rebuilt by a compaction or rewind. Hold the task lock."""
         await self._commit_head(locked, head, heads.compaction_counters(compactions), [])
@@ -652,6 +817,18 @@ def _open_snapshot(
     return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
 
 
+def _open_if_whole(
+    task_dir: Path, files: ContextFiles, head: HeadState, file_name: str
+) -> tuple[BinaryIO, dict[str, Any]] | None:
+    """:func:`_open_snapshot` when the files agree with ``head`` and every line of a
+    current.jsonl to be served parses; None when they need the store's repair first."""
+    if not files.in_agreement_with(head):
+        return None
+    if file_name == "current" and first_damaged_line(files.current, head.current_bytes) is not None:
+        return None
+    return _open_snapshot(task_dir, files, file_name)
+
+
 def _holds_committed(files: ContextFiles, head: HeadState) -> bool:
     """Whether the files still hold the committed view of ``head``: neither is shorter, and no
     marker lies past it in messages.jsonl (its repair rewrites current.jsonl rather than
@@ -659,6 +836,55 @@ def _holds_committed(files: ContextFiles, head: HeadState) -> bool:
     if size_of(files.messages) < head.messages_bytes or size_of(files.current) < head.current_bytes:
         return False
     return not any(MARKER in line for _, line in iter_lines(files.messages, head.messages_bytes))
+
+
+def _stage_files(
+    directory: Path,
+    metadata: dict[str, Any],
+    initial: list[dict[str, Any]],
+    counting: TokenCounting,
+    token_counter: str,
+    *,
+    max_message_bytes: int,
+    fsync: bool,
+) -> tuple[HeadState, StatsDelta]:
+    shutil.rmtree(directory, ignore_errors=True)  # a leftover of a crashed create
+    directory.mkdir(parents=True)
+    write_atomic(
+        directory / METADATA,
+        iter([orjson.dumps(metadata, option=orjson.OPT_INDENT_2)]),
+        fsync=fsync,
+    )
+    accumulator = ContextAccumulator(HeadState())
+    record_lines, current_lines = [], []
+    if initial:
+        for record, line in accumulator.prepare(
+            initial,
+            costs=counting.costs(token_counter),  # here: loading one blocks
+            timestamp=utc_timestamp(),
+            max_message_bytes=max_message_bytes,
+        ):
+            record_lines.append(line)
+            current_lines.append(accumulator.admit(record, line))
+    write_group(ContextFiles(directory), record_lines, current_lines, fsync=fsync)
+    if fsync:
+        fsync_dir(directory)
+    return accumulator.head, accumulator.stats
+
+
+def _clear_the_way(layout: Layout, task_uuid: str) -> None:
+    for location in dict.fromkeys(STATUS_DIRS.values()):
+        if layout.location_dir(location, task_uuid).is_dir():
+            target = layout.set_aside(task_uuid, location)
+            log.warning(
+                "task %s: %s/ held a directory without a task row; set aside as %s/%s",
+                task_uuid,
+                location,
+                ORPHANS,
+                target.name,
+                extra={"task_uuid": task_uuid},
+            )
+    shutil.rmtree(layout.location_dir(".trash", task_uuid), ignore_errors=True)
 
 
 def _create_files(directory: Path, *, fsync: bool) -> None:

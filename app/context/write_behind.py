@@ -85,9 +85,8 @@ class WriteBehind:
         served = {t: self.pending.served[t] for t in task_uuids if t in self.pending.served}
         if entries or served:
             async with self.db.transaction() as session:
-                written = [(k, e) for k, e in entries if await heads.write_pending(session, k, e)]
-                for task_uuid, tokens in served.items():
-                    await heads.write_served(session, task_uuid, tokens)
+                written = await heads.write_pending_batch(session, entries)
+                await heads.write_served_batch(session, served)
             for key, _ in entries:
                 self.pending.take(key)
             for key, entry in written:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import DEFAULT_BACKEND, EXTRACTIVE
-from app.context.files import ContextFiles, History
+from app.context.files import History
 from app.context.store import ContextStore
 from app.db.models import Job
 from app.errors import Conflict, ErrorCode
@@ -61,10 +61,9 @@ class FinalSummaryService:
             if task.status not in FINISHED:
                 return {"skipped": "task_not_finished"}
             head = await self.store.recovered_head(locked)
-            files = ContextFiles(self.store.task_dir(task))
             # The final summary's backend, the task's choice, or the default one: not the
             # (possibly cheaper) condensing backend.
-            backend = self.backend or await asyncio.to_thread(files.summary_backend)
+            backend = self.backend or await self.store.summary_backend(locked)
             backend = backend or (
                 DEFAULT_BACKEND if DEFAULT_BACKEND in self.summarizer.backends else EXTRACTIVE
             )
@@ -72,7 +71,7 @@ class FinalSummaryService:
                 # Renamed or removed since (a task's choice outlives the configuration).
                 log.warning("task %s: no backend %r; extractive summary", task.uuid, backend)
                 backend = EXTRACTIVE
-            handle = await asyncio.to_thread(open, files.messages, "rb")
+            handle = await self.store.open_messages(locked)
         history = History(handle, head.messages_bytes)
         try:
             try:

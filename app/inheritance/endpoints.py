@@ -1,6 +1,5 @@
 """/inheritance/candidates and /tasks/{uuid}/inheritance (docs/decisions.md, Inheritance)."""
 
-import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -11,15 +10,12 @@ from app.api.deps import TaskUUID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.auth.dependencies import require_unscoped
-from app.context.store import ContextStore
 from app.inheritance.presenters import inheritance_out
 from app.inheritance.schemas import Candidate, CandidatePage, InheritanceOut
 from app.inheritance.service import InheritanceService
-from app.storage.layout import FINAL_SUMMARY
 from app.task_key import TaskKey
 
 InheritanceDep = Annotated[InheritanceService, service("inheritance")]
-StoreDep = Annotated[ContextStore, service("store")]
 
 router = APIRouter(route_class=OrjsonRoute, tags=["lifecycle"], responses=ERROR_RESPONSES)
 
@@ -31,7 +27,6 @@ router = APIRouter(route_class=OrjsonRoute, tags=["lifecycle"], responses=ERROR_
 )
 async def inheritance_candidates(
     inheritance: InheritanceDep,
-    store: StoreDep,
     task_source: str,
     owner: str,
     repo: str,
@@ -48,12 +43,6 @@ async def inheritance_candidates(
         )
     except ValidationError as exc:  # the parts' limits are TaskKey's: a 422 like any other
         raise RequestValidationError(exc.errors(include_url=False), body=None) from None
-    tasks = await inheritance.candidates(key, user, limit)
-    layout = store.layout
-
-    def ready() -> list[bool]:
-        return [(layout.task_dir(t.status, t.uuid) / FINAL_SUMMARY).is_file() for t in tasks]
-
     return CandidatePage(
         candidates=[
             Candidate(
@@ -63,7 +52,7 @@ async def inheritance_candidates(
                 error_message=task.error_message,
                 final_summary_ready=has_summary,
             )
-            for task, has_summary in zip(tasks, await asyncio.to_thread(ready), strict=True)
+            for task, has_summary in await inheritance.candidates_ready(key, user, limit)
         ]
     )
 

@@ -55,6 +55,13 @@ class InheritanceService:
         async with self.store.db.reader() as session:
             return await repository.finished_runs(session, key, user, limit)
 
+    async def candidates_ready(
+        self, key: TaskKey, user: str | None, limit: int
+    ) -> list[tuple[Task, bool]]:
+        """:meth:`candidates`, each with whether its final summary is written."""
+        tasks = await self.candidates(key, user, limit)
+        return list(zip(tasks, await self.store.final_summaries_ready(tasks), strict=True))
+
     async def prepare(
         self, key: TaskKey, user: str | None, counter: TextCounter, limit: int
     ) -> Inherited | None:

@@ -1,14 +1,12 @@
-"""Creating a task: its files written in .staging/, its row and head committed, then the
-directory moved into place (a crash in between is finished or undone at startup); what it
+"""Creating a task: its files written in .staging/ (by the store), its row and head committed,
+then the directory moved into place (a crash in between is finished or undone at startup); what it
 inherits is prepared first, outside the task lock."""
 
 import asyncio
 import hashlib
 import logging
-import shutil
 import uuid as uuid_module
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,14 +14,10 @@ import orjson
 from app.budgets.policy import Budget, default_reserved_output
 from app.budgets.service import Budgets
 from app.config import EXTRACTIVE, Settings
-from app.context.files import ContextFiles, write_group
-from app.context.records import ContextAccumulator, HeadState, StatsDelta, utc_timestamp
 from app.context.store import ContextStore
 from app.db.models import ContextHead, Task
 from app.errors import Conflict, ErrorCode, InvalidInput
 from app.inheritance.service import InheritanceService, Inherited
-from app.storage.jsonl import fsync_dir, write_atomic
-from app.storage.layout import METADATA, ORPHANS, STATUS_DIRS
 from app.tasks.schemas import TaskCreate
 from app.tasks.service import TaskService
 from app.tasks.views import TaskView
@@ -45,15 +39,14 @@ class TaskCreation:
         backend_names: frozenset[str],
     ) -> None:
         self.tasks = tasks
+        self.store = store
         self.db = store.db
-        self.layout = store.layout
         self.locks = store.locks
         self.counting = store.counting
         self.budgets = budgets
         self.inheritance = inheritance
         self.settings = settings
         self.backend_names = backend_names | {EXTRACTIVE}
-        self._fsync = settings.storage.fsync == "always"
 
     async def create(self, body: TaskCreate) -> tuple[TaskView, bool]:
         """Create a task; returns it and whether it is new (False: an idempotent re-POST)."""
@@ -124,7 +117,6 @@ class TaskCreation:
         counter_name: str,
         inherited: Inherited | None,
     ) -> tuple[TaskView, bool]:
-        layout = self.layout
         now = datetime.now(UTC)
         counting = self.counting
         tools_openai, tools_other = await asyncio.to_thread(
@@ -162,71 +154,45 @@ class TaskCreation:
             total_messages=0,
             total_summaries=0,
         )
-        staging = layout.location_dir(".staging", task_uuid)
         initial = [{"role": "system", "content": body.system_prompt}] if body.system_prompt else []
         if inherited is not None:  # a leading system message: condense always keeps it
             initial.append({"role": "system", "content": inherited.content})
             task.inherited_from = inherited.record["from_uuid"]
             task.inheritance = inherited.record | {"seq": len(initial)}
-        await asyncio.to_thread(self._clear_the_way, task_uuid)
+        store = self.store
+        await store.clear_the_way(task_uuid)
         try:
-            head, stats = await asyncio.to_thread(
-                self._write_initial_files, staging, task, body, initial
-            )
+            head, stats = await store.stage_task(task, self._metadata(task, body), initial)
             task.total_messages = stats.messages
             async with self.db.transaction() as session:
                 session.add(task)
                 await session.flush()  # the head's foreign key needs the task row first
                 session.add(ContextHead(task_uuid=task_uuid, thread_id=0, **vars(head)))
         except BaseException:
-            await asyncio.to_thread(shutil.rmtree, staging, ignore_errors=True)
+            await store.discard_staged(task_uuid)
             raise
         try:
             # The way is clear, so this fails only on a broken disk. A crash before it leaves
             # the row and .staging/{uuid}: startup reconciliation finishes the move.
-            await asyncio.to_thread(layout.move, task_uuid, ".staging", "running")
+            await store.place_staged(task_uuid)
         except BaseException:
-            await self._undo_create(task_uuid, staging)
+            await self._undo_create(task_uuid)
             raise
         log.info("task %s: created", task_uuid, extra={"task_uuid": task_uuid})
         return self.tasks.view(task, head), True
 
-    def _clear_the_way(self, task_uuid: str) -> None:
-        """Make room for a new task's directory (its row does not exist; the lock is held).
-
-        A directory in a status location has no row, so its files are not a task's the
-        service knows, perhaps newer than a restored database: set aside intact, never
-        overwritten. One in .trash/ is the rest of a delete that committed: removed.
-        """
-        layout = self.layout
-        for location in dict.fromkeys(STATUS_DIRS.values()):
-            if layout.location_dir(location, task_uuid).is_dir():
-                target = layout.set_aside(task_uuid, location)
-                log.warning(
-                    "task %s: %s/ held a directory without a task row; set aside as %s/%s",
-                    task_uuid,
-                    location,
-                    ORPHANS,
-                    target.name,
-                    extra={"task_uuid": task_uuid},
-                )
-        shutil.rmtree(layout.location_dir(".trash", task_uuid), ignore_errors=True)
-
-    async def _undo_create(self, task_uuid: str, staging: Path) -> None:
+    async def _undo_create(self, task_uuid: str) -> None:
         """The row committed but the directory could not go in place: the row goes again, so
         that the create fails whole (and may be retried)."""
         async with self.db.transaction() as session:
             row = await session.get(Task, task_uuid)
             if row is not None:
                 await session.delete(row)
-        await asyncio.to_thread(shutil.rmtree, staging, ignore_errors=True)
+        await self.store.discard_staged(task_uuid)
 
-    def _write_initial_files(
-        self, directory: Path, task: Task, body: TaskCreate, initial: list[dict[str, Any]]
-    ) -> tuple[HeadState, StatsDelta]:
-        shutil.rmtree(directory, ignore_errors=True)  # a leftover of a crashed create
-        directory.mkdir(parents=True)
-        metadata = {
+    def _metadata(self, task: Task, body: TaskCreate) -> dict[str, Any]:
+        """The task's metadata.json."""
+        return {
             "uuid": task.uuid,
             "task_key": body.task_key.model_dump(),
             "user": task.user,
@@ -249,26 +215,6 @@ class TaskCreation:
             "inherit": body.inherit,
             "metadata": body.metadata,
         }
-        write_atomic(
-            directory / METADATA,
-            iter([orjson.dumps(metadata, option=orjson.OPT_INDENT_2)]),
-            fsync=self._fsync,
-        )
-        accumulator = ContextAccumulator(HeadState())
-        record_lines, current_lines = [], []
-        if initial:
-            for record, line in accumulator.prepare(
-                initial,
-                costs=self.counting.costs(task.token_counter),
-                timestamp=utc_timestamp(),
-                max_message_bytes=self.settings.limits.max_message_bytes,
-            ):
-                record_lines.append(line)
-                current_lines.append(accumulator.admit(record, line))
-        write_group(ContextFiles(directory), record_lines, current_lines, fsync=self._fsync)
-        if self._fsync:
-            fsync_dir(directory)
-        return accumulator.head, accumulator.stats
 
 
 def _fingerprint(body: TaskCreate) -> str:

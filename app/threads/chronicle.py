@@ -10,13 +10,12 @@ On the job's last attempt a chat backend that keeps failing gives way to the ext
 digest, as final summaries do: an ended thread always gets its chronicle.
 """
 
-import asyncio
 import logging
 from typing import Any
 
 from app.budgets.windows import descendants_of
 from app.config import EXTRACTIVE
-from app.context.files import ContextFiles, History
+from app.context.files import History
 from app.context.store import SERVICE_KEY, AfterCommit, ContextStore
 from app.db.models import Job, Thread
 from app.errors import Conflict, ErrorCode
@@ -78,10 +77,8 @@ class ChronicleWriter:
                     # Their chronicles land in this thread first: this one tells of them.
                     raise JobDeferred("threads under it are still being chronicled")
                 head = await self.store.recovered_head(locked)
-                task_files = ContextFiles(self.store.task_dir(locked.task))
-                backend = await asyncio.to_thread(task_files.summary_backend)
-                files = self.store.files(locked)
-                handle = await asyncio.to_thread(open, files.messages, "rb")
+                backend = await self.store.summary_backend(locked)
+                handle = await self.store.open_messages(locked)
         result: dict[str, Any] = {"thread_id": thread.thread_id}
         if chronicle is None:
             prompt = (thread.chronicle_prompt or DEFAULT_PROMPT) + (
