@@ -933,7 +933,14 @@ async def test_a_summary_cut_to_fit_stays_the_newest_summary(context_dir: Path) 
         await append(client, uuid, INSTRUCTION, *turns)
         condensed = await compress(client, uuid, "condense")
         assert condensed["kind"] == "condense", condensed
-    async with running_app(Settings(context_dir=context_dir, storage={"fsync": "never"})) as client:
+    # No condense now: one would fold the summary into a new one, sized to its share, rather
+    # than leave a summary that must give way.
+    no_condense = Settings(
+        context_dir=context_dir,
+        storage={"fsync": "never"},
+        compaction={"tiers": ("mask", "truncate", "elide")},
+    )
+    async with running_app(no_condense) as client:
         _, served, _ = await payload(client, uuid)
         reply = {"role": "assistant", "content": "Next.", "usage": {"prompt_tokens": served * 3}}
         await append(client, uuid, reply)
