@@ -40,6 +40,7 @@ from app.formats.parts import content_text, stand_in
 from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, timed_compaction
 from app.planning.items import latest_items
+from app.storage.jsonl import iter_lines
 from app.storage.layout import PLANNING
 from app.summaries.collectors import grouped_errors
 from app.summaries.excerpts import ELISION_TEXT, normalize
@@ -58,7 +59,7 @@ MAX_FIT_ROUNDS = 64
 # left to cut are cut to their bones already, or those left to hide are small.
 STALLED_SHARE = 0.1
 CUT_MARGIN, CUT_SLACK = 1.1, 64  # an elision cuts 10% and 64 tokens more than it must
-# Messages of one append cut to the message cap (a batch of large tool results, say).
+# The most messages of one append cut to the message cap (a batch of large tool results).
 MAX_CAPS_PER_APPEND = 16
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
 MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
@@ -489,24 +490,33 @@ class CompactionService:
                 return Outcome("skipped", before, before, reason="nothing_to_elide")
             return await self._commit_elision(locked, head, entries, found, fmt)
 
-    async def cap(self, task_uuid: str, after_seq: int, *, thread_id: int = 0) -> Outcome | None:
-        """Cut each message appended after ``after_seq`` that costs more than the context's
-        message cap down to it, the largest first; return the last cut (None: none was).
+    async def cap(self, context: LockedTask, before: HeadState, after: HeadState) -> Outcome | None:
+        """Cut each message of the append ``before`` -> ``after`` (the context's lock held
+        then, released now) that costs more than the context's message cap down to it, the
+        largest first; return the last cut (None: none was).
 
         Done as the append commits, so the first payload that shows such a message shows it
         cut, at its end, where cutting moves no prefix a provider has cached (cut later, from
         the middle of the payload, it would). Only the task lock is taken: an append may wait
-        for this, never for a condense's summariser."""
+        for this, never for a condense's summariser. The head (system messages, the task
+        instruction) is left as it is: it gives way only when a payload needs it to."""
+        fmt = native_format(context.task.llm_provider)
+        cap = self.budgets.message_cap(context)
+        async with self.store.reading_messages(context) as f:  # the appended bytes never change
+            over = await asyncio.to_thread(
+                _seqs_over, f, before.messages_bytes, after.messages_bytes, fmt, cap
+            )
         last = None
-        for _ in range(MAX_CAPS_PER_APPEND):
-            step = await self._cap_largest(task_uuid, after_seq, thread_id)
-            if step.kind == "skipped":
-                break
-            last = step
+        for seq in over[:MAX_CAPS_PER_APPEND]:
+            step = await self._cap_one(context.task.uuid, context.thread_id, seq)
+            if step.kind != "skipped":
+                last = step
         return last
 
     @timed_compaction
-    async def _cap_largest(self, task_uuid: str, after_seq: int, thread_id: int) -> Outcome:
+    async def _cap_one(self, task_uuid: str, thread_id: int, seq: int) -> Outcome:
+        """Cut the message ``seq`` down to the message cap, if it is still there, whole and
+        after the head."""
         async with self.store.locked(task_uuid, thread_id) as locked:
             fmt = native_format(locked.task.llm_provider)
             head, entries = await self._index(locked, fmt)
@@ -515,19 +525,14 @@ class CompactionService:
                 self._require_running(locked)
             except (TaskNotWritable, ThreadNotActive):  # ended since: the append stands as is
                 return Outcome("skipped", before, before, reason="not_running")
-            cap = self.budgets.message_cap(locked)
-            over = [
-                i
-                for i, e in enumerate(entries)
-                if e.seq > after_seq and e.marker is None and e.tokens > cap
-            ]
-            if not over:
+            found_at = [i for i, e in enumerate(entries) if e.seq == seq and e.marker is None]
+            if not found_at or found_at[0] < plans.head_length(entries):
                 return Outcome("skipped", before, before, reason="nothing_to_cap")
-            largest = max(over, key=lambda i: entries[i].tokens)
+            cap = self.budgets.message_cap(locked)
             costs = self.store.costs(locked.task)
             async with self.store.reading_messages(locked) as f:
                 found = await asyncio.to_thread(
-                    partial(_elision, cap=cap, only=largest),
+                    partial(_elision, cap=cap, only=found_at[0]),
                     f,
                     head.messages_bytes,
                     entries,
@@ -593,7 +598,10 @@ class CompactionService:
                     measure.tokens - measure.budget.allowed,
                     int(measure.tokens * self.settings.compaction.min_gain_share),
                 )
-                step = await self._step(tier, task_uuid, fmt, thread_id, excess, relaxed)
+                # Once the payload fits, a background tier takes only a gain worth its marker.
+                step = await self._step(
+                    tier, task_uuid, fmt, thread_id, excess, relaxed and not fits
+                )
                 # Measure again after a change, and after any condense: a skipped one may have
                 # waited for another (a background job's) that changed the context.
                 if step.kind != "skipped" or tier == "condense":
@@ -878,8 +886,8 @@ def _entries(f: BinaryIO, end: int, fmt: str) -> list[Entry]:
 
 def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
     """The visible records of seq ``low`` to ``high``: what a condense hands its summariser
-    (tool results as posted, masked or not: the summary is where their facts survive)."""
-    for record in visible_records(f, end, masked=False):
+    (messages as posted, masked, cut or not: the summary is where their facts survive)."""
+    for record in visible_records(f, end, as_posted=True):
         if low <= position(record) <= high:
             yield record
 
@@ -1061,6 +1069,17 @@ def elided(counter: TextCounter, content: Any, excess: int) -> str:
     return text[:start] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - end :]
 
 
+def _seqs_over(f: BinaryIO, start: int, end: int, fmt: str, cap: int) -> list[int]:
+    """The seqs of the messages in bytes [start, end) of messages.jsonl that cost more than
+    ``cap`` as ``fmt`` renders them, the largest first."""
+    costs = []
+    for _, line in iter_lines(f, start, end):
+        record = orjson.loads(line)
+        if not is_marker(record) and (tokens := record_tokens(record, fmt)) > cap:
+            costs.append((tokens, record["seq"]))
+    return [seq for _, seq in sorted(costs, reverse=True)]
+
+
 def _excess_to_keep(tokens: int, kept: int) -> int:
     """The excess for which ``elided`` leaves a little under ``kept`` of ``tokens`` (its
     margin, meant to free at least an excess, would cut a deep cut far below ``kept``)."""
@@ -1072,18 +1091,13 @@ def _masks(f: BinaryIO, end: int, seqs: list[int], costs: TokenCosts) -> list[Ma
     call, the output's size and its seq, with the placeholder's costs."""
     wanted = set(seqs)
     calls: dict[str, dict[str, Any]] = {}
-    found: list[tuple[dict[str, Any], dict[str, Any]]] = []  # each result, and its call
-    for record in visible_records(f, end, masked=False):
+    masks: list[MaskedResult] = []
+    for record in visible_records(f, end, as_posted=True):  # a cut result: as posted
         for call in record.get("tool_calls") or ():
             calls[call["id"]] = call["function"]
-        if position(record) in wanted:
-            found.append((record, calls.get(record["tool_call_id"], {})))
-    masks: list[MaskedResult] = []
-    for record, function in found:
-        if is_marker(record):  # a result an elision cut: the placeholder tells the original
-            original = record_at(f, position(record), end)
-            assert original is not None
-            record = original
+        if record["seq"] not in wanted:
+            continue
+        function = calls.get(record["tool_call_id"], {})
         content = mask_placeholder(record, function)
         masked = openai_message(record) | {"content": content}
         tokens, format_tokens = costs.message(masked)

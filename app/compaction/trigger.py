@@ -3,12 +3,16 @@ condense when the threshold is crossed or the budget exceeded. Given to the stor
 group commit), to planning (a pinned plan that grew) and to threads (a parent that took a
 thread's result)."""
 
+import logging
+
 from app.budgets.service import Budgets
 from app.compaction.service import CompactionService
 from app.context.records import HeadState
 from app.context.store import LockedTask
 from app.formats import native_format
 from app.jobs.queue import JobQueue
+
+log = logging.getLogger(__name__)
 
 
 class CondenseTrigger:
@@ -24,11 +28,15 @@ class CondenseTrigger:
         old = self.budgets.context_tokens(context, before, fmt)
         new = self.budgets.context_tokens(context, after, fmt)
         if new - old > self.budgets.message_cap(context):  # no need to look when less came
-            cut = await self.compaction.cap(
-                context.task.uuid, before.last_seq, thread_id=context.thread_id
-            )
-            if cut is not None:
-                new = cut.tokens_after
+            try:
+                cut = await self.compaction.cap(context, before, after)
+            except Exception:
+                # The append is committed and must be answered as such; the message stays
+                # whole until a payload needs it cut.
+                log.exception("task %s: cutting what an append brought failed", context.task.uuid)
+            else:
+                if cut is not None:
+                    new = cut.tokens_after
         return await self.if_crossed(context, old, new)
 
     async def if_crossed(self, context: LockedTask, old: int, new: int) -> bool:

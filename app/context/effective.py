@@ -93,6 +93,20 @@ class Plan:
     def is_hidden(self, seq: int) -> bool:
         return any(low <= seq <= high for low, high in self.hidden)
 
+    def as_posted(self) -> "Plan":
+        """This plan without what only changes how a message looks: masks, and the elisions
+        that cut one message (shown as posted); the compactions that hide messages stay."""
+        kept = [m for m in self.compactions if not _cuts_one(m)]
+        return Plan(
+            compactions=kept,
+            removed=self.removed,
+            hidden=[(m["hides"][0], m["hides"][1]) for m in kept],
+        )
+
+
+def _cuts_one(marker: dict[str, Any]) -> bool:
+    return bool(marker["marker"] == "elision" and marker["hides"][0] == marker["hides"][1])
+
 
 def plan(markers: Iterable[dict[str, Any]]) -> Plan:
     """Resolve which markers are in force, given every marker record (others are ignored)."""
@@ -124,10 +138,13 @@ def plan(markers: Iterable[dict[str, Any]]) -> Plan:
 
 
 def visible(
-    records: Iterable[dict[str, Any]], active: Plan, *, masked: bool = True
+    records: Iterable[dict[str, Any]], active: Plan, *, as_posted: bool = False
 ) -> Iterator[dict[str, Any]]:
     """The records a payload shows, in order: unhidden messages and active compaction markers.
-    ``masked=False``: masked tool results as they were posted (what a summariser reads)."""
+    ``as_posted``: masked tool results and messages an elision cut as they were posted (what a
+    summariser reads: the summary is where their facts survive)."""
+    if as_posted:
+        active = active.as_posted()
     pending = iter(active.compactions)
     next_marker = next(pending, None)
     for record in records:
@@ -135,24 +152,22 @@ def visible(
             continue
         seq = record["seq"]
         while next_marker is not None and position(next_marker) <= seq:
-            yield _shown(next_marker, active, masked)
+            yield _shown(next_marker, active)
             next_marker = next(pending, None)
         if not active.is_removed(seq) and not active.is_hidden(seq):
-            yield _shown(record, active, masked)
+            yield _shown(record, active)
     while next_marker is not None:
-        yield _shown(next_marker, active, masked)
+        yield _shown(next_marker, active)
         next_marker = next(pending, None)
 
 
-def _shown(record: dict[str, Any], active: Plan, masked: bool) -> dict[str, Any]:
+def _shown(record: dict[str, Any], active: Plan) -> dict[str, Any]:
     """A visible record as shown: masked if a mask replaces it (a message by its seq, a cut
     message's elision marker by the one seq it hides, if the mask came after the cut: a later
     elision cut the placeholder itself)."""
-    if not masked:
-        return record
     if not is_marker(record):
         mask = active.masks.get(record["seq"])
-    elif record["marker"] == "elision" and record["hides"][0] == record["hides"][1]:
+    elif _cuts_one(record):
         mask = active.masks.get(record["hides"][0])
         if mask is not None and mask[MASKED_BY] < record["seq"]:
             mask = None

@@ -248,12 +248,12 @@ def active_plan(source: Path | BinaryIO, end: int | None = None) -> effective.Pl
     return effective.plan(orjson.loads(x) for _, x in lines if MARKER in x)
 
 
-def visible_records(f: BinaryIO, end: int, *, masked: bool = True) -> Iterator[dict[str, Any]]:
+def visible_records(f: BinaryIO, end: int, *, as_posted: bool = False) -> Iterator[dict[str, Any]]:
     """The effective context's records, from an open messages.jsonl up to ``end`` (with
-    ``masked=False``, masked tool results as posted)."""
+    ``as_posted``, masked and cut messages as posted)."""
     active = active_plan(f, end)
     records = (orjson.loads(x) for _, x in iter_lines(f, 0, end))
-    yield from effective.visible(records, active, masked=masked)
+    yield from effective.visible(records, active, as_posted=as_posted)
 
 
 def record_at(f: BinaryIO, seq: int, end: int) -> dict[str, Any] | None:

@@ -128,3 +128,38 @@ async def test_an_oversized_system_prompt_is_cut_to_the_cap_once_not_at_every_tu
     for earlier, later in zip(payloads[first:], payloads[first + 1 :], strict=False):
         assert later[: len(earlier)] == earlier  # each turn only adds at the end
     assert [(e["start_seq"], e["end_seq"]) for e in await elisions(client, uuid)] == [(1, 1)]
+
+
+async def test_the_head_is_not_cut_as_it_is_appended(client: httpx.AsyncClient) -> None:
+    """A task instruction over the cap, in a payload that fits: it stays whole (the head gives
+    way only when a payload needs it to)."""
+    uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
+    instruction = {"role": "user", "content": "Fix the build. Details: " + "context " * 800}
+    assert len(instruction["content"]) // 4 > CAP
+    await append(client, uuid, instruction)
+
+    assert await elisions(client, uuid) == []
+    body, tokens, _ = await payload(client, uuid)
+    assert tokens < BUDGET
+    assert body["messages"][1] == instruction
+
+
+async def test_a_condense_summarises_a_cut_output_as_it_was_posted(
+    client: httpx.AsyncClient,
+) -> None:
+    """The summariser reads a message the cap cut as it was posted: the digest counts the
+    file view's 400 lines, not what the cut left of them."""
+    uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
+    view = "\n".join(f"{i:6}\tvalue_{i} = compute({i}, {'x' * 30})" for i in range(1, 401))
+    await append(client, uuid, INSTRUCTION, *read_call(1, view))
+    assert len(await elisions(client, uuid)) == 1
+    turns = [
+        {"role": "assistant" if i % 2 else "user", "content": f"step {i} " + "note " * 20}
+        for i in range(8)
+    ]
+    await append(client, uuid, *turns)
+    response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "condense"})
+    assert response.json()["kind"] == "condense", response.text
+
+    summary = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"][-1]["summary"]
+    assert "400 lines of a file view" in summary

@@ -286,13 +286,40 @@ def mask(seq: int, masked: list[int]) -> Record:
     return {"seq": seq, "type": "marker", "marker": "mask", "masks": masks, "tokens": 0}
 
 
+def test_a_mask_replaces_a_cut_result_but_not_a_later_cut_of_its_placeholder() -> None:
+    """An elision cut result 3 (seq 4); a mask then names result 3: its placeholder shows in
+    the elision's place. A later elision (seq 6) cuts the placeholder: that cut shows. As
+    posted, result 3 shows whole throughout; a rewind to before the mask brings the first cut
+    back."""
+    records = [message(1), message(2, "assistant"), message(3, "tool")]
+    records += [compaction(4, 3, 3, "elision"), mask(5, [3])]
+    out = list(effective.visible(records, effective.plan(records)))
+    assert [r["content"] for r in out] == ["m1", "m2", "[masked 3]"]
+    assert out[2]["seq"] == 4  # the marker's own seq: the mask replaces what it shows
+    records.append(compaction(6, 3, 3, "elision"))
+    assert [r["content"] for r in effective.visible(records, effective.plan(records))] == [
+        "m1",
+        "m2",
+        "elision 3-3",
+    ]
+    posted = effective.visible(records, effective.plan(records), as_posted=True)
+    assert [r["content"] for r in posted] == ["m1", "m2", "m3"]
+    records.append(rewind(7, 4, include_target=True))
+    assert [r["content"] for r in effective.visible(records, effective.plan(records))] == [
+        "m1",
+        "m2",
+        "elision 3-3",
+    ]
+    assert [r["seq"] for r in effective.visible(records, effective.plan(records))][-1] == 4
+
+
 def test_a_mask_replaces_what_a_record_shows_and_a_rewind_brings_it_back() -> None:
     records = [message(1, "system"), message(2), message(3, "tool"), mask(4, [3]), message(5)]
     out = list(effective.visible(records, effective.plan(records)))
     assert [r["content"] for r in out] == ["m1", "m2", "[masked 3]", "m5"]
     assert out[2]["tokens"] == 1
     assert out[2][effective.MASKED_BY] == 4
-    unmasked = effective.visible(records, effective.plan(records), masked=False)
+    unmasked = effective.visible(records, effective.plan(records), as_posted=True)
     assert [r["content"] for r in unmasked] == ["m1", "m2", "m3", "m5"]
     records.append(rewind(6, 3, include_target=True))  # undoes the mask made after seq 3
     assert [r["content"] for r in effective.visible(records, effective.plan(records))] == [
