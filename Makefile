@@ -50,7 +50,7 @@ migrate: $(STAMP) ## create or upgrade the database in CONTEXT_DIR
 openapi: $(STAMP) ## regenerate openapi.yaml from the app
 	$(BIN)/context-service openapi > openapi.yaml
 
-bench: $(STAMP) ## run every benchmark (~9 min; writes bench/results/ and bench/README.md)
+bench: $(STAMP) ## run every benchmark (takes minutes; writes bench/results/ and bench/README.md)
 	$(BIN)/python -m bench
 
 # FUZZ_MINUTES bounds the time (conversations not started by then are left out); FUZZ_SEED

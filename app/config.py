@@ -475,6 +475,7 @@ LEGACY_ENV: dict[str, tuple[str, str]] = {
     "MASK_MIN_TOKENS": ("compaction", "mask_min_tokens"),
     "MIN_GAIN_SHARE": ("compaction", "min_gain_share"),
     "RELIEF_SHARE": ("compaction", "relief_share"),
+    "MAX_MESSAGE_SHARE": ("compaction", "max_message_share"),
     "KEEP_RECENT": ("compaction", "keep_recent"),
     "MIN_TO_COMPRESS": ("compaction", "min_to_compress"),
     "CONDENSE_PROMPT": ("compaction", "condense_prompt"),

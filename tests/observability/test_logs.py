@@ -59,6 +59,9 @@ async def test_json_lines_carry_the_task_uuid_in_requests_and_jobs(context_dir: 
             assert response.status_code == 201, response.text
         jobs = await settled_jobs(client, uuid)
         assert {j["kind"] for j in jobs} == {"condense"}
+        # The condense kept only the newest turn: a few more to truncate.
+        response = await client.post(f"/tasks/{uuid}/messages", json={"messages": file_turns(4)})
+        assert response.status_code == 201, response.text
         truncated = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "truncate"})
         assert truncated.json()["kind"] == "truncation"
         assert (
