@@ -474,21 +474,7 @@ class CompactionService:
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
-            costs = self.store.costs(locked.task)
-            # Reading and counting large messages: off the event loop.
-            async with self.store.reading_messages(locked) as f:
-                found = await asyncio.to_thread(
-                    partial(_elision, cap=self.budgets.message_cap(locked)),
-                    f,
-                    head.messages_bytes,
-                    entries,
-                    costs,
-                    excess,
-                    fmt,
-                )
-            if found is None:
-                return Outcome("skipped", before, before, reason="nothing_to_elide")
-            return await self._commit_elision(locked, head, entries, found, fmt)
+            return await self._cut(locked, head, entries, before, excess, fmt)
 
     async def cap(self, context: LockedTask, before: HeadState, after: HeadState) -> Outcome | None:
         """Cut each message of the append ``before`` -> ``after`` (the context's lock held
@@ -528,30 +514,35 @@ class CompactionService:
             found_at = [i for i, e in enumerate(entries) if e.seq == seq and e.marker is None]
             if not found_at or found_at[0] < plans.head_length(entries):
                 return Outcome("skipped", before, before, reason="nothing_to_cap")
-            cap = self.budgets.message_cap(locked)
-            costs = self.store.costs(locked.task)
-            async with self.store.reading_messages(locked) as f:
-                found = await asyncio.to_thread(
-                    partial(_elision, cap=cap, only=found_at[0]),
-                    f,
-                    head.messages_bytes,
-                    entries,
-                    costs,
-                    0,
-                    fmt,
-                )
-            if found is None:
-                return Outcome("skipped", before, before, reason="nothing_to_elide")
-            return await self._commit_elision(locked, head, entries, found, fmt)
+            return await self._cut(locked, head, entries, before, 0, fmt, only=found_at[0])
 
-    async def _commit_elision(
+    async def _cut(
         self,
         locked: LockedTask,
         head: HeadState,
         entries: list[Entry],
-        found: tuple[int, Marker, tuple[int, FormatTokens]],
+        before: int,
+        excess: int,
         fmt: str,
+        *,
+        only: int | None = None,
     ) -> Outcome:
+        """Elide one message (``only`` that one; else the first in elision order that gives
+        way) by ``excess`` and at least down to the message cap, and commit its marker."""
+        costs = self.store.costs(locked.task)
+        async with self.store.reading_messages(locked) as f:
+            # Reading and counting large messages: off the event loop.
+            found = await asyncio.to_thread(
+                partial(_elision, cap=self.budgets.message_cap(locked), only=only),
+                f,
+                head.messages_bytes,
+                entries,
+                costs,
+                excess,
+                fmt,
+            )
+        if found is None:
+            return Outcome("skipped", before, before, reason="nothing_to_elide")
         index, marker, cost = found
         span = Span(index, index + 1)
         record = self._summary_record("elision", entries, span, "", fmt, cost)

@@ -10,7 +10,7 @@ head back into agreement, treating ``messages.jsonl`` as the record of truth.
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -205,6 +205,30 @@ def rebuild(files: ContextFiles, *, fsync: bool) -> tuple[HeadState, StatsDelta]
     return render.head, render.totals
 
 
+def _rendered_lines(
+    records: Iterable[dict[str, Any]], active: effective.Plan, head: HeadState
+) -> Iterator[bytes]:
+    """The current.jsonl lines of the visible records, ``head`` moved past each."""
+    for record in effective.visible(records, active):
+        line = current_line(record)
+        head.current_bytes += len(line)
+        head.current_messages += 1
+        head.add_tokens(record)
+        advance_tool_calls(head.open_tool_calls, record)
+        yield line
+
+
+def _chunks(lines: Iterable[bytes], size: int = 256) -> Iterator[bytes]:
+    """The lines joined ``size`` at a time (one write per chunk, not per line)."""
+    buffer: list[bytes] = []
+    for line in lines:
+        buffer.append(line)
+        if len(buffer) >= size:
+            yield b"".join(buffer)
+            buffer = []
+    yield b"".join(buffer)
+
+
 class CurrentRender:
     """The current.jsonl that messages.jsonl implies, streamed in chunks.
 
@@ -219,19 +243,7 @@ class CurrentRender:
 
     def __iter__(self) -> Iterator[bytes]:
         active = active_plan(self.files.messages)
-        head = self.head
-        buffer: list[bytes] = []
-        for record in effective.visible(self._records(), active):
-            line = current_line(record)
-            head.current_bytes += len(line)
-            head.current_messages += 1
-            head.add_tokens(record)
-            advance_tool_calls(head.open_tool_calls, record)
-            buffer.append(line)
-            if len(buffer) >= 256:
-                yield b"".join(buffer)
-                buffer = []
-        yield b"".join(buffer)
+        yield from _chunks(_rendered_lines(self._records(), active, self.head))
 
     def _records(self) -> Iterator[dict[str, Any]]:
         for _, line in iter_lines(self.files.messages):
@@ -330,19 +342,9 @@ def prepare_view(files: ContextFiles, f: BinaryIO, base: HeadState, marker: Mark
     path = files.current.with_name(f"{CURRENT}.{uuid.uuid4().hex}.prepared")
     try:
         with open(path, "wb") as out:
-            buffer: list[bytes] = []
             records = (orjson.loads(x) for _, x in iter_lines(f, 0, end))
-            for record in effective.visible(records, active):
-                line = current_line(record)
-                view.current_bytes += len(line)
-                view.current_messages += 1
-                view.add_tokens(record)
-                advance_tool_calls(view.open_tool_calls, record)
-                buffer.append(line)
-                if len(buffer) >= 256:
-                    out.write(b"".join(buffer))
-                    buffer = []
-            out.write(b"".join(buffer))
+            for chunk in _chunks(_rendered_lines(records, active, view)):
+                out.write(chunk)
     except BaseException:
         path.unlink(missing_ok=True)
         raise

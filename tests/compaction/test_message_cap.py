@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from app.config import Settings
+from tests.support.conversations import tool_call, tool_result
 from tests.support.payloads import payload
 from tests.support.tasks import all_messages, append, new_task, task_body
 
@@ -33,21 +34,9 @@ def build_output(lines: int) -> str:
 
 
 def read_call(i: int, output: str) -> list[Message]:
-    call_id = f"call_{i}"
-    return [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": "run", "arguments": json.dumps({"cmd": f"make {i}"})},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": call_id, "content": output},
-    ]
+    """An assistant running make step i, and the step's output."""
+    arguments = json.dumps({"cmd": f"make {i}"})
+    return [tool_call(f"call_{i}", arguments), tool_result(f"call_{i}", output)]
 
 
 async def elisions(client: httpx.AsyncClient, uuid: str) -> list[dict[str, Any]]:
