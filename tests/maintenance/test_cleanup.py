@@ -37,6 +37,18 @@ def assert_report(report: dict[str, Any], **expected: Any) -> None:
     assert listed == len(report["uuids"]) + report["uuids_omitted"]
 
 
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """The periodic cleanup off: its first round runs at startup and, late under load, would
+    rightly remove the tasks a test has just made old before the test asks for it."""
+    return cleanup_settings(tmp_path)
+
+
+@pytest.fixture
+def context_dir(settings: Settings) -> Path:
+    return settings.context_dir
+
+
 async def test_cleanup_removes_exactly_the_old_finished_tasks(
     client: httpx.AsyncClient, settings: Settings, context_dir: Path
 ) -> None:
@@ -61,14 +73,14 @@ async def test_cleanup_removes_exactly_the_old_finished_tasks(
     before_files = snapshot_dir(context_dir)
     before_tasks = (await client.get("/tasks")).json()
 
-    dry = await client.post("/maintenance/cleanup", json={"dry_run": True})
+    dry = await client.post("/maintenance/cleanup", json={"dry_run": True, "older_than_days": 30})
     assert dry.status_code == 200, dry.text
     assert_report(dry.json(), dry_run=True, matched=2, removed=0, uuids=expected, uuids_omitted=0)
     assert snapshot_dir(context_dir) == before_files
     assert (await client.get("/tasks")).json() == before_tasks
 
     started = datetime.now(UTC)
-    response = await client.post("/maintenance/cleanup")  # no body: CLEANUP_DAYS (30)
+    response = await client.post("/maintenance/cleanup", json={"older_than_days": 30})
     assert response.status_code == 200, response.text
     report = response.json()
     assert_report(report, dry_run=False, older_than_days=30, matched=2, removed=2, uuids=expected)
@@ -82,9 +94,31 @@ async def test_cleanup_removes_exactly_the_old_finished_tasks(
     listed = {t["uuid"] for t in (await client.get("/tasks")).json()["tasks"]}
     assert listed == {*kept.values(), recent}
 
-    again = await client.post("/maintenance/cleanup", json={})
+    again = await client.post("/maintenance/cleanup", json={"older_than_days": 30})
     assert again.status_code == 200, again.text
     assert_report(again.json(), matched=0, removed=0, uuids=[])
+
+
+async def test_a_bare_cleanup_takes_cleanup_days(tmp_path: Path) -> None:
+    """No body: the age is CLEANUP_DAYS (30 by default). The periodic cleanup runs at startup
+    too, and either may be the one that removes the task made 40 days old; after the request
+    it is gone, and the one finished 29 days ago is not."""
+    settings = cleanup_settings(tmp_path, cleanup={"days": 30})
+    async with running_app(settings) as client:
+        old, recent = await make_task(client, "completed"), await make_task(client, "completed")
+        await backdate(settings, [old], days=40)
+        await backdate(settings, [recent], days=29)
+        await settle(client)
+        started = datetime.now(UTC)
+        response = await client.post("/maintenance/cleanup")
+        assert response.status_code == 200, response.text
+        report = response.json()
+        assert report["older_than_days"] == 30
+        assert report["uuids"] in ([], [old])
+        cutoff = parse_utc(report["cutoff"])
+        assert started - timedelta(days=30) <= cutoff <= datetime.now(UTC) - timedelta(days=30)
+        await assert_gone(client, settings.context_dir, old)
+        await assert_present(client, settings.context_dir, recent, "completed")
 
 
 async def test_zero_days_takes_every_finished_task(
