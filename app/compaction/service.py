@@ -62,6 +62,7 @@ CUT_MARGIN, CUT_SLACK = 1.1, 64  # an elision cuts 10% and 64 tokens more than i
 # The most messages of one append cut to the message cap (a batch of large tool results).
 MAX_CAPS_PER_APPEND = 16
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
+MIN_ELIDED_TOKENS = 64  # a smaller message is not worth cutting
 MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
 MAX_PLACEHOLDER_ERRORS = 3  # error lines (grouped) a masked result's placeholder keeps
 MAX_PLACEHOLDER_ERROR_CHARS = 200
@@ -462,10 +463,17 @@ class CompactionService:
 
     @timed_compaction
     async def elide(
-        self, task_uuid: str, excess: int, fmt: str | None = None, *, thread_id: int = 0
+        self,
+        task_uuid: str,
+        excess: int,
+        fmt: str | None = None,
+        *,
+        thread_id: int = 0,
+        relaxed: bool = False,
     ) -> Outcome:
         """Cut the middle out of one message, to lose ``excess`` tokens (a last resort): the
-        first, in elision order, that can shrink (see ``_elision``).
+        first, in elision order, that can shrink (see ``_elision``); ``relaxed``: any message
+        and any gain will do.
         """
         async with (
             self._one_at_a_time(task_uuid, thread_id),
@@ -474,7 +482,7 @@ class CompactionService:
             fmt = fmt or native_format(locked.task.llm_provider)
             head, entries = await self._index(locked, fmt)
             before = self.budgets.context_tokens(locked, head, fmt)
-            return await self._cut(locked, head, entries, before, excess, fmt)
+            return await self._cut(locked, head, entries, before, excess, fmt, relaxed=relaxed)
 
     async def cap(self, context: LockedTask, before: HeadState, after: HeadState) -> Outcome | None:
         """Cut each message of the append ``before`` -> ``after`` (the context's lock held
@@ -526,14 +534,16 @@ class CompactionService:
         fmt: str,
         *,
         only: int | None = None,
+        relaxed: bool = False,
     ) -> Outcome:
         """Elide one message (``only`` that one; else the first in elision order that gives
-        way) by ``excess`` and at least down to the message cap, and commit its marker."""
+        way) by ``excess`` and at least down to the message cap, and commit its marker.
+        ``relaxed``: any message and any gain will do (nothing else can change the context)."""
         costs = self.store.costs(locked.task)
         async with self.store.reading_messages(locked) as f:
             # Reading and counting large messages: off the event loop.
             found = await asyncio.to_thread(
-                partial(_elision, cap=self.budgets.message_cap(locked), only=only),
+                partial(_elision, cap=self.budgets.message_cap(locked), only=only, relaxed=relaxed),
                 f,
                 head.messages_bytes,
                 entries,
@@ -668,7 +678,7 @@ class CompactionService:
             return step or Outcome("skipped", 0, 0, reason="condense_failed")
         if tier == "truncate":
             return await self.truncate(task_uuid, fmt, thread_id=thread_id, explicit=relaxed)
-        return await self.elide(task_uuid, excess, fmt, thread_id=thread_id)
+        return await self.elide(task_uuid, excess, fmt, thread_id=thread_id, relaxed=relaxed)
 
     async def _measure(self, task_uuid: str, thread_id: int, fmt: str | None) -> "Measure":
         """The context's payload tokens, its budget, the format they are counted in and the
@@ -903,6 +913,7 @@ def _elision(
     *,
     cap: int,
     only: int | None = None,
+    relaxed: bool = False,
 ) -> tuple[int, Marker, tuple[int, FormatTokens]] | None:
     """The entry to elide (``only`` that one), its elision marker and the marker's cost; None
     if none gains. A message is cut by ``excess`` and at least down to ``cap`` (one deep cut,
@@ -914,7 +925,10 @@ def _elision(
     group gives way (an error is what an agent most needs again).
     """
     shown = ShownRecords(f, end, entries)
-    groups = plans.elision_order(entries, minimum=64) if only is None else ([only], [])
+    # Small messages and gains are not worth a marker, unless nothing else can make room.
+    least = 1 if relaxed else MIN_ELISION_GAIN
+    minimum = 0 if relaxed else MIN_ELIDED_TOKENS
+    groups = plans.elision_order(entries, minimum=minimum) if only is None else ([only], [])
     attempts = []
     for group in groups:  # contents, with a cut output's lost error lines; then arguments
         attempts += [(i, True, False) for i in group]
@@ -936,7 +950,7 @@ def _elision(
         if message is None:
             continue
         cost = costs.message(message)
-        if entry.tokens - in_format(*cost, fmt) < MIN_ELISION_GAIN:
+        if entry.tokens - in_format(*cost, fmt) < least:
             continue
         # A summary or truncation marker cut to fit stays one (the newest summary is still
         # the newest summary; a later condense folds it as such).

@@ -43,6 +43,17 @@ FOUND = {
     # The same budget: a truncation set aside for freeing a few tokens was not tried again
     # once elision had nothing left to cut: 413.
     4550: "a stalled truncation came back after elision ran dry",
+    # A 1k window shrunk by calibration to 293 counted tokens: the head, a summary and a
+    # pending call, each cut to its bone, cost ~417: 413. Since elisions cut down to the
+    # message cap at once, the payload the usage answers is smaller, the report is more than
+    # four times it and ignored, and the budget is not shrunk: the case itself (what a payload
+    # must keep costing more than a calibrated budget) is no longer reached by this seed.
+    9442: "kept parts over a calibrated budget",
+    # A 226-token calibrated budget, six tokens over after the background condense had kept
+    # only the newest message: nothing to truncate, and no message over 64 tokens to elide
+    # for a gain of 16: 413. Once nothing else can change the context, any message and any
+    # gain will do for an elision.
+    1173755134: "small gains refused when nothing else was left",
 }
 
 
