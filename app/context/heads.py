@@ -202,44 +202,14 @@ async def commit_head(
     await _register_keys(session, task_uuid, keys, now)
 
 
-async def write_pending(session: AsyncSession, key: ContextKey, entry: PendingHead) -> bool:
-    """Move a context's head from its base to its pending head, with the counters and keys of
-    the records between: only if the database's head is still the base (otherwise another
-    process adopted those records from the files and counted them itself). Returns whether
-    it was written."""
-    task_uuid, thread_id = key
-    base = entry.base
-    connection = await session.connection()
-    moved = await connection.execute(
-        _head_update(task_uuid, thread_id, entry.head).where(
-            HEADS.c.last_seq == base.last_seq,
-            HEADS.c.messages_bytes == base.messages_bytes,
-            HEADS.c.current_bytes == base.current_bytes,
-        )
-    )
-    if moved.rowcount != 1:
-        log.info("task %s thread %d: pending head dropped, the head moved", task_uuid, thread_id)
-        return False
-    values = stats_values(Recovery(entry.head), entry.stats, thread_id)
-    await connection.execute(
-        update(TASKS).where(TASKS.c.uuid == task_uuid).values(updated_at=entry.updated_at, **values)
-    )
-    if thread_id:
-        await connection.execute(
-            update(THREADS)
-            .where(THREADS.c.task_uuid == task_uuid, THREADS.c.thread_id == thread_id)
-            .values(message_count=Thread.message_count + entry.stats.messages)
-        )
-    await _register_keys(session, task_uuid, list(entry.keys.values()), entry.updated_at)
-    return True
-
-
-async def write_pending_batch(
+async def write_pending(
     session: AsyncSession, entries: list[tuple[ContextKey, PendingHead]]
 ) -> list[tuple[ContextKey, PendingHead]]:
-    """:func:`write_pending` of many contexts at once (the write-behind's round; their task
-    locks held, so no head moves during it): their heads read in one query, and those still
-    at their bases moved with one executemany per table. Returns the entries written."""
+    """Move contexts' heads from their bases to their pending heads, with the counters and
+    keys of the records between (their task locks held, so no head moves meanwhile): only
+    those whose database head is still the base (otherwise another process adopted those
+    records from the files and counted them itself). The heads are read in one query, and
+    moved with one executemany per table. Returns the entries written."""
     if not entries:
         return []
     connection = await session.connection()
@@ -288,15 +258,9 @@ async def write_pending_batch(
     return written
 
 
-async def write_served(session: AsyncSession, task_uuid: str, tokens: int) -> None:
-    """The counted tokens of the payload served last, for the next reported usage."""
-    await session.execute(
-        update(TASKS).where(TASKS.c.uuid == task_uuid).values(served_tokens=tokens)
-    )
-
-
-async def write_served_batch(session: AsyncSession, served: dict[str, int]) -> None:
-    """:func:`write_served` of many tasks, one executemany."""
+async def write_served(session: AsyncSession, served: dict[str, int]) -> None:
+    """The counted tokens of the payload served last, for the next reported usage, of each
+    task: one executemany."""
     if served:
         connection = await session.connection()
         await connection.execute(

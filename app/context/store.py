@@ -752,7 +752,7 @@ class ContextStore:
         pending = self.write_behind.pending.get(key)
         async with self.db.transaction() as session:
             if pending is not None:
-                await heads.write_pending(session, key, pending)
+                await heads.write_pending(session, [(key, pending)])
             await heads.commit_head(session, key, head, task_values, keys, thread_values, now)
         self.write_behind.pending.take(key)
         if "served_tokens" in task_values:  # a report used it: a later batch must not revive it

@@ -85,8 +85,8 @@ class WriteBehind:
         served = {t: self.pending.served[t] for t in task_uuids if t in self.pending.served}
         if entries or served:
             async with self.db.transaction() as session:
-                written = await heads.write_pending_batch(session, entries)
-                await heads.write_served_batch(session, served)
+                written = await heads.write_pending(session, entries)
+                await heads.write_served(session, served)
             for key, _ in entries:
                 self.pending.take(key)
             for key, entry in written:
@@ -105,7 +105,7 @@ class WriteBehind:
             return
         try:
             async with self.db.transaction() as session:
-                await heads.write_served(session, task_uuid, tokens)
+                await heads.write_served(session, {task_uuid: tokens})
         except (InsufficientStorage, StorageUnavailable) as exc:
             log.warning("task %s: payload tokens not recorded: %s", task_uuid, exc.message)
 
