@@ -9,6 +9,7 @@ from app.budgets.service import Budgets
 from app.compaction.service import CompactionService
 from app.context.records import HeadState
 from app.context.store import LockedTask
+from app.errors import TaskNotFound
 from app.formats import native_format
 from app.jobs.queue import JobQueue
 
@@ -44,6 +45,9 @@ class CondenseTrigger:
         its provider's format) across the threshold, or is over the budget."""
         budget = self.budgets.context_budget(context)
         if old < budget.threshold <= new or new > budget.allowed:
-            await self.jobs.enqueue_once(context.task.uuid, "condense", context.thread_id)
+            try:
+                await self.jobs.enqueue_once(context.task.uuid, "condense", context.thread_id)
+            except TaskNotFound:  # deleted since the change that called for it: nothing to do
+                return False
             return True
         return False

@@ -5,11 +5,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import Database
 from app.db.models import Job
-from app.errors import ErrorCode, NotFound
+from app.errors import ErrorCode, NotFound, TaskNotFound
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +59,24 @@ class JobQueue:
             wake()
 
     async def enqueue_once(self, task_uuid: str, kind: str, thread_id: int = 0) -> Job:
-        """Queue a job unless one of this kind is already queued or running for the context."""
-        async with self.db.transaction() as session:
-            existing = await session.scalar(
-                select(Job).where(
-                    Job.task_uuid == task_uuid,
-                    Job.thread_id == thread_id,
-                    Job.kind == kind,
-                    Job.status.in_(ACTIVE),
+        """Queue a job unless one of this kind is already queued or running for the context;
+        TaskNotFound if the task is gone (deleted since whatever called for the job)."""
+        try:
+            async with self.db.transaction() as session:
+                existing = await session.scalar(
+                    select(Job).where(
+                        Job.task_uuid == task_uuid,
+                        Job.thread_id == thread_id,
+                        Job.kind == kind,
+                        Job.status.in_(ACTIVE),
+                    )
                 )
-            )
-            if existing is not None:
-                return existing
-            job = self.new(task_uuid, kind, thread_id=thread_id)
-            session.add(job)
+                if existing is not None:
+                    return existing
+                job = self.new(task_uuid, kind, thread_id=thread_id)
+                session.add(job)
+        except IntegrityError:  # the task's row is gone: the only key a job refers to
+            raise TaskNotFound(task_uuid) from None
         self.notify()
         return job
 

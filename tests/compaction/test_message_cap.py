@@ -3,6 +3,7 @@ commits, at the end of the payload, so no later cut moves the payload's prefix (
 prompt cache); an elision cuts a message down to the cap at once rather than a little at every
 turn. Token counts here are the characters / 4 heuristic, worked out by hand."""
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,23 @@ async def test_a_condense_summarises_a_cut_output_as_it_was_posted(
 
     summary = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"][-1]["summary"]
     assert "400 lines of a file view" in summary
+
+
+async def test_an_append_cut_while_its_task_is_deleted_is_answered_as_committed(
+    client: httpx.AsyncClient,
+) -> None:
+    """A large output appended while the task is being deleted: the cut after the commit, and
+    the condense job it may call for, may find the task gone, and the append is still
+    answered as what it was (201: committed, 404: the task was gone first), never a server
+    error that would have a client retry a write that is stored. (Regression: queueing the
+    job for a task deleted meanwhile broke its foreign key: 500.)"""
+    output = build_output(400)
+    for i in range(12):
+        uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
+        await append(client, uuid, INSTRUCTION)
+        posted, deleted = await asyncio.gather(
+            client.post(f"/tasks/{uuid}/messages", json={"messages": read_call(i, output)}),
+            client.delete(f"/tasks/{uuid}"),
+        )
+        assert posted.status_code in (201, 404), posted.text
+        assert deleted.status_code == 204, deleted.text
