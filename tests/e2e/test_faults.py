@@ -289,7 +289,12 @@ async def _settle_and_check(
     assert all(in_force[m["summary_id"]]["kind"] == m["marker"] for m in markers.values())
 
     condenses = [job for job in jobs if job["kind"] == "condense"]
-    assert all(job["status"] in ("succeeded", "skipped") for job in condenses), condenses
+    unfinished = [
+        {key: job.get(key) for key in ("id", "status", "attempts", "error", "result")}
+        for job in condenses
+        if job["status"] not in ("succeeded", "skipped")
+    ]
+    assert unfinished == [], unfinished
     odd = [job for job in condenses if not 1 <= job["attempts"] <= job["max_attempts"]]
     assert odd == [], odd
     condensed = [job for job in condenses if _condensed(job)]
