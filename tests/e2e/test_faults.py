@@ -59,6 +59,9 @@ def server_env(fake: FakeLLM) -> dict[str, str]:
         "JOB_POLL_S": "0.05",
         "JOB_LEASE_S": str(LEASE_S),  # a killed worker's job is free again soon after
         "JOB_BACKOFF_S": "0.2",
+        # Each kill may cut a job's attempt, and on a loaded machine a lease this short can run
+        # out under a live worker: a job must outlast them all to show a real failure.
+        "JOB_MAX_ATTEMPTS": str(KILLS + 1),
         # The characters/4 counter: no encoding to load, so a killed worker is back sooner.
         "TOKEN_COUNTER": "heuristic",
         # Condensing through a slow (fake) LLM: jobs last long enough to be cut by a kill.
