@@ -394,6 +394,12 @@ class AuthSettings(_Group):
         return self
 
     @property
+    def docs_public(self) -> bool:
+        """Without keys the schema and the docs pages are served; with keys nothing but health
+        and the index answers without one, so they are not (openapi.yaml documents the API)."""
+        return not self.keys
+
+    @property
     def keys(self) -> dict[str, ApiKeyConfig]:
         """Every configured key by name: API_KEYS' and ADMIN_API_KEYS' (admin-1, admin-2...)."""
         return self.api_keys | self._admin_keys()

@@ -1,6 +1,7 @@
 """The ASGI application: ``uvicorn app.main:app``."""
 
 from fastapi import Depends, FastAPI
+from fastapi_offline import FastAPIOffline
 
 from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware, NulQueryMiddleware
@@ -16,6 +17,7 @@ from app.maintenance.endpoints import router as maintenance_router
 from app.messages.endpoints import router as messages_router
 from app.observability.logs import configure_logging
 from app.observability.middleware import RequestMetricsMiddleware, TaskLogContextMiddleware
+from app.ops.endpoints import DOCS_URL, OPENAPI_URL, REDOC_URL, SUMMARY, VERSION
 from app.ops.endpoints import router as ops_router
 from app.payloads.endpoints import router as payloads_router
 from app.planning.endpoints import router as planning_router
@@ -28,18 +30,28 @@ from app.tools.endpoints import router as tools_router
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings)
-    # With keys configured nothing but health answers without one: the schema and docs pages
-    # are not served (openapi.yaml in the repository documents the API).
-    public = not settings.auth.keys
-    app = FastAPI(
-        title="Context service",
-        version="0.1.0",
-        summary="Durable, compacted LLM conversation context for coding agents.",
-        lifespan=lifespan,
-        openapi_url="/openapi.json" if public else None,
-        docs_url="/docs" if public else None,
-        redoc_url="/redoc" if public else None,
-    )
+    title, summary = "Context service", SUMMARY
+    if settings.auth.docs_public:
+        # Swagger UI and ReDoc from assets in the package: the pages work offline.
+        app = FastAPIOffline(
+            docs_url=DOCS_URL,
+            redoc_url=REDOC_URL,
+            openapi_url=OPENAPI_URL,
+            title=title,
+            summary=summary,
+            version=VERSION,
+            lifespan=lifespan,
+        )
+    else:
+        app = FastAPI(
+            openapi_url=None,
+            docs_url=None,
+            redoc_url=None,
+            title=title,
+            summary=summary,
+            version=VERSION,
+            lifespan=lifespan,
+        )
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(
@@ -70,7 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         maintenance_router,
     ):
         app.include_router(router, dependencies=[Depends(authenticate)])
-    app.include_router(ops_router)  # health needs no key (AuthMiddleware.PUBLIC_PATHS)
+    app.include_router(ops_router)  # health and the index need no key (PUBLIC_PATHS)
     return app
 
 

@@ -10,7 +10,7 @@ from app.auth.keys import Principal, identify
 from app.config import ApiKeyConfig
 from app.errors import Unauthorized, error_payload
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz"})
 PRINCIPAL = "principal"  # where the caller is kept in the request's state
 
 

@@ -1,7 +1,8 @@
-"""Liveness, readiness and Prometheus metrics."""
+"""The index, liveness, readiness and Prometheus metrics."""
 
 import asyncio
 import os
+from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, get_args
 
@@ -20,6 +21,7 @@ from app.jobs.queue import ACTIVE, count_active
 from app.jobs.runner import JobRunner
 from app.lifecycle import TaskStatus
 from app.observability.metrics import CONTENT_TYPE, JobCounts, Metrics, TaskCounts
+from app.ops.schemas import ServiceIndex
 from app.tasks.repository import count_by_status
 
 ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorResponse"}
@@ -31,6 +33,25 @@ SettingsDep = Annotated[Settings, service("settings")]
 StoreDep = Annotated[ContextStore, service("store")]
 
 router = APIRouter(route_class=OrjsonRoute, tags=["ops"])
+
+VERSION = version("context-service")
+SUMMARY = "Durable, compacted LLM conversation context for coding agents."
+DOCS_URL, REDOC_URL, OPENAPI_URL = "/docs", "/redoc", "/openapi.json"
+
+
+@router.get("/", response_model=ServiceIndex)
+async def index(settings: SettingsDep) -> ServiceIndex:
+    """What this service is and where its documentation is (no key needed)."""
+    public = settings.auth.docs_public
+    return ServiceIndex(
+        service="context-service",
+        version=VERSION,
+        summary=SUMMARY,
+        docs=DOCS_URL if public else None,
+        redoc=REDOC_URL if public else None,
+        openapi=OPENAPI_URL if public else None,
+        health="/healthz",
+    )
 
 
 @router.get("/healthz")

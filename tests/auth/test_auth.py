@@ -69,7 +69,7 @@ BAD_AUTH: dict[str, str | None] = {
     "key_in_other_case": f"Bearer {AGENT_KEY.swapcase()}",
     "two_keys": f"Bearer {AGENT_KEY} {KEYS['admin']['key']}",
 }
-OPEN_ROUTES = {("GET", "/healthz"), ("GET", "/readyz")}
+OPEN_ROUTES = {("GET", "/"), ("GET", "/healthz"), ("GET", "/readyz")}
 # Views across tenants: no key limited to some tenants may see them.
 CROSS_TENANT = {
     ("GET", "/stats"),

@@ -40,7 +40,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.support.paths import REPO
 from tests.support.postgres import PostgresDatabases
-from tests.support.server import Server, ServerPool
+from tests.support.server import Server, server_of_its_own
 from tests.support.tasks import task_body
 
 pytestmark = pytest.mark.e2e
@@ -272,17 +272,10 @@ def flatmap_case(context: HookContext, case: ApiCase) -> st.SearchStrategy[ApiCa
 def live(
     tmp_path_factory: pytest.TempPathFactory, postgres: PostgresDatabases | None
 ) -> Iterator[Server]:
-    """The module's server on its own database: PostgreSQL's when the suite runs there, else
-    SQLite in CONTEXT_DIR (DATABASE_URL "": nothing inherited from the environment)."""
-    database = postgres.create() if postgres is not None else ""
-    pool = ServerPool(tmp_path_factory.mktemp("schemathesis"))
-    try:
-        env = {"DATABASE_URL": database, "API_KEYS": "", "ADMIN_API_KEYS": ADMIN_KEY}
-        yield pool.start(env=env)
-    finally:
-        pool.close()
-        if postgres is not None:
-            postgres.drop(database)
+    """The module's server on its own database."""
+    env = {"API_KEYS": "", "ADMIN_API_KEYS": ADMIN_KEY}
+    with server_of_its_own(tmp_path_factory.mktemp("schemathesis"), postgres, env) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import httpx
 import psutil
 
 from tests.support.paths import REPO
+from tests.support.postgres import PostgresDatabases
 
 READY_TIMEOUT_S = 45.0
 STOP_TIMEOUT_S = 15.0
@@ -274,6 +276,22 @@ class ServerPool:
             print(f"--- {server.log_path.name} (port {server.port}) ---\n{server.log_tail()}")
         if errors:
             raise errors[0]
+
+
+@contextlib.contextmanager
+def server_of_its_own(
+    root: Path, postgres: PostgresDatabases | None, env: dict[str, str]
+) -> Iterator[Server]:
+    """A server on a database of its own, for a module's tests to share: PostgreSQL's when the
+    suite runs there, else SQLite in CONTEXT_DIR (DATABASE_URL "": nothing inherited)."""
+    database = postgres.create() if postgres is not None else ""
+    pool = ServerPool(root)
+    try:
+        yield pool.start(env={"DATABASE_URL": database} | env)
+    finally:
+        pool.close()
+        if postgres is not None:
+            postgres.drop(database)
 
 
 # -- checks shared by the e2e tests -----------------------------------------------------------

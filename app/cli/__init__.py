@@ -1,0 +1,27 @@
+"""``context-service``: run the service and its maintenance on this machine (``serve``,
+``migrate``, ``openapi``, ``cleanup``, ``repair``), and look at a running one (``tasks``,
+``task``, ``jobs``, ``stats``)."""
+
+import argparse
+from importlib.metadata import version
+
+from app.cli import local, remote
+from app.config import Settings
+from app.observability.logs import configure_logging
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = Settings()
+    configure_logging(settings)
+    parser = argparse.ArgumentParser(
+        prog="context-service",
+        description="Durable, compacted LLM conversation context for coding agents.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {version('context-service')}"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    local.add_commands(commands, settings)
+    remote.add_commands(commands)
+    args = parser.parse_args(argv)
+    args.run(args, parser)
