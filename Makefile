@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with the service and its dev tools
 
-run: $(STAMP) ## run the service on 127.0.0.1:8080 (SQLite and files in ./contexts)
-	$(BIN)/context-service serve
+run: $(STAMP) ## run the service on 127.0.0.1:8080, or PORT (SQLite and files in ./contexts)
+	$(BIN)/context-service serve $(if $(PORT),--port $(PORT))
 
 test: $(STAMP) ## the whole test suite on SQLite and on PostgreSQL, side by side
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
