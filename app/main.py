@@ -1,5 +1,8 @@
 """The ASGI application: ``uvicorn app.main:app``."""
 
+from collections.abc import Callable
+from functools import partial
+
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
 
@@ -30,28 +33,15 @@ from app.tools.endpoints import router as tools_router
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings)
-    title, summary = "Context service", SUMMARY
+    make_app: Callable[..., FastAPI]
     if settings.auth.docs_public:
         # Swagger UI and ReDoc from assets in the package: the pages work offline.
-        app = FastAPIOffline(
-            docs_url=DOCS_URL,
-            redoc_url=REDOC_URL,
-            openapi_url=OPENAPI_URL,
-            title=title,
-            summary=summary,
-            version=VERSION,
-            lifespan=lifespan,
+        make_app = partial(
+            FastAPIOffline, docs_url=DOCS_URL, redoc_url=REDOC_URL, openapi_url=OPENAPI_URL
         )
     else:
-        app = FastAPI(
-            openapi_url=None,
-            docs_url=None,
-            redoc_url=None,
-            title=title,
-            summary=summary,
-            version=VERSION,
-            lifespan=lifespan,
-        )
+        make_app = partial(FastAPI, openapi_url=None, docs_url=None, redoc_url=None)
+    app = make_app(title="Context service", summary=SUMMARY, version=VERSION, lifespan=lifespan)
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(
