@@ -132,6 +132,9 @@ async def test_tasks_are_listed_by_filter_and_by_page(service: AsyncContextClien
         for n, user in enumerate(["alice", "bob", "alice"])
     ]
     await service.complete_task(uuids[2])
+    failed = await service.fail_task(uuids[1], "the tests would not run")
+    assert (failed["status"], failed["error_message"]) == ("failed", "the tests would not run")
+    assert [t["uuid"] for t in (await service.list_tasks(status="failed"))["tasks"]] == [uuids[1]]
     alice = await service.list_tasks(user="alice")
     assert {t["uuid"] for t in alice["tasks"]} == {uuids[0], uuids[2]}
     running = await service.list_tasks(user="alice", status="running")
