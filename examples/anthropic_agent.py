@@ -19,8 +19,11 @@ def main() -> None:
     options = parse_options(
         __doc__ or "", model="claude-sonnet-4-5", llm_url_variable="ANTHROPIC_BASE_URL"
     )
-    llm = Anthropic(base_url=options.llm_url)
-    with ContextClient() as service, running_task(service, options, "anthropic") as uuid:
+    with (
+        Anthropic(base_url=options.llm_url) as llm,
+        ContextClient() as service,
+        running_task(service, options, "anthropic") as uuid,
+    ):
         for _ in range(options.max_turns):
             request = service.request_kwargs(uuid, sdk="anthropic")
             reply = service.record_anthropic(uuid, llm.messages.create(**request))

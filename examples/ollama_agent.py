@@ -18,8 +18,11 @@ OLLAMA_URL = "http://127.0.0.1:11434"
 
 def main() -> None:
     options = parse_options(__doc__ or "", model="qwen3", llm_url_variable="OLLAMA_HOST")
-    llm = httpx.Client(base_url=options.llm_url or OLLAMA_URL, timeout=600)
-    with ContextClient() as service, running_task(service, options, "ollama") as uuid:
+    with (
+        httpx.Client(base_url=options.llm_url or OLLAMA_URL, timeout=600) as llm,
+        ContextClient() as service,
+        running_task(service, options, "ollama") as uuid,
+    ):
         for _ in range(options.max_turns):
             request = service.request_payload(uuid, format="ollama")
             answer = llm.post("/api/chat", json=request).raise_for_status().json()

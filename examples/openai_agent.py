@@ -16,8 +16,11 @@ from context_client import ContextClient
 
 def main() -> None:
     options = parse_options(__doc__ or "", model="gpt-4o-mini", llm_url_variable="OPENAI_BASE_URL")
-    llm = OpenAI(base_url=options.llm_url)
-    with ContextClient() as service, running_task(service, options, "openai") as uuid:
+    with (
+        OpenAI(base_url=options.llm_url) as llm,
+        ContextClient() as service,
+        running_task(service, options, "openai") as uuid,
+    ):
         for _ in range(options.max_turns):
             request = service.request_kwargs(uuid, sdk="openai")
             reply = service.record_openai(uuid, llm.chat.completions.create(**request))
