@@ -11,11 +11,12 @@ STAMP := $(VENV)/.installed
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11 or newer is needed"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e ./client
 	touch $@
 
 install: $(STAMP) ## create .venv with the service and its dev tools

@@ -22,6 +22,7 @@ from app.config import Settings
 from app.main import create_app
 from tests.support.lifespan import lifespan_of
 from tests.support.postgres import PostgresDatabases
+from tests.support.server import ServerPool
 from tests.support.tasks import task_body
 
 
@@ -79,6 +80,17 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
         yield http
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[ServerPool]:
+    """A pool of real uvicorn servers on one temp CONTEXT_DIR, all ended at teardown (pass or
+    fail)."""
+    pool = ServerPool(tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 @pytest.fixture

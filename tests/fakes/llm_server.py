@@ -18,6 +18,10 @@ It runs uvicorn in a background thread on a port the OS picked. Its behaviour is
     garbage  200 with a body that is not JSON
     hang     no answer until the server stops (then 503)
 
+``script`` scripts a conversation: each "ok" answer takes its next turn, a text or a
+:class:`ToolUse` (the model calls that tool), rendered in the format of the path, with the
+format's usage; once it is empty the answers are as above.
+
 ``delay`` (seconds) is waited before any answer. Every request is recorded (path, lower-case
 headers, JSON body) before the behaviour applies. Stopping (or :meth:`FakeLLM.reset`) wakes every
 waiting handler, so the server stops promptly with "hang" requests in flight.
@@ -42,7 +46,14 @@ from starlette.routing import Route
 
 from tests.fakes.threaded import serve_in_thread
 
-__all__ = ["Behaviour", "FakeLLM", "RecordedRequest", "fake_llm", "running_fake_llm"]
+__all__ = [
+    "Behaviour",
+    "FakeLLM",
+    "RecordedRequest",
+    "ToolUse",
+    "fake_llm",
+    "running_fake_llm",
+]
 
 Behaviour = Literal["ok", "error", "flaky", "reject", "empty", "garbage", "hang"]
 
@@ -59,6 +70,17 @@ class RecordedRequest:
     body: Any  # the parsed JSON, None when the body was not JSON
 
 
+@dataclass(frozen=True)
+class ToolUse:
+    """A scripted turn: the model calls the tool ``name`` with ``arguments``."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+Turn = str | ToolUse
+
+
 @dataclass
 class FakeLLM:
     """The server's behaviour (set it freely between calls) and what it has received."""
@@ -66,6 +88,7 @@ class FakeLLM:
     behaviour: Behaviour = "ok"
     text: str = "This is the summary."
     reply: dict[str, Any] | None = None
+    script: list[Turn] = field(default_factory=list)
     failures: int = 0
     fail_status: int = 500
     retry_after: str | None = None
@@ -141,10 +164,14 @@ class FakeLLM:
         problem = _invalid(path, body)
         if problem:
             return _error(path, 400, problem)
-        if self.reply is not None:
+        with self._lock:
+            turn = self.script.pop(0) if self.script else None
+            answered = len(self.requests)  # makes each scripted call's id unique
+        if turn is None and self.reply is not None:
             return JSONResponse(self.reply)
-        text = "" if behaviour == "empty" else self.text
-        return JSONResponse(_ok(path, str(body.get("model")), text))
+        if turn is None:
+            turn = "" if behaviour == "empty" else self.text
+        return JSONResponse(_ok(path, str(body.get("model")), turn, answered))
 
     async def _sleep(self, seconds: float, generation: int) -> None:
         """Sleep up to ``seconds``, waking as soon as the server stops or is reset."""
@@ -175,8 +202,14 @@ def _invalid(path: str, body: Any) -> str | None:
     return None
 
 
-def _ok(path: str, model: str, text: str) -> dict[str, Any]:
+def _ok(path: str, model: str, turn: Turn, number: int) -> dict[str, Any]:
+    """A 200 answer in the path's format: the text, or the tool call (its id from ``number``)."""
     if path == OPENAI_PATH:
+        message: dict[str, Any] = {"role": "assistant", "content": turn, "refusal": None}
+        if isinstance(turn, ToolUse):
+            call = {"name": turn.name, "arguments": json.dumps(turn.arguments)}
+            message["content"] = None
+            message["tool_calls"] = [{"id": f"call_{number}", "type": "function", "function": call}]
         return {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
@@ -185,30 +218,38 @@ def _ok(path: str, model: str, text: str) -> dict[str, Any]:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "message": message,
                     "logprobs": None,
-                    "finish_reason": "stop",
+                    "finish_reason": "tool_calls" if isinstance(turn, ToolUse) else "stop",
                 }
             ],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         }
     if path == OLLAMA_PATH:
+        message = {"role": "assistant", "content": turn}
+        if isinstance(turn, ToolUse):  # Ollama's calls carry no id
+            message["content"] = ""
+            message["tool_calls"] = [{"function": {"name": turn.name, "arguments": turn.arguments}}]
         return {
             "model": model,
             "created_at": "2024-01-01T00:00:00Z",
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "done": True,
             "done_reason": "stop",
             "prompt_eval_count": 10,
             "eval_count": 5,
         }
+    block: dict[str, Any] = {"type": "text", "text": turn}
+    if isinstance(turn, ToolUse):
+        block = {"type": "tool_use", "id": f"toolu_{number}", "name": turn.name}
+        block["input"] = turn.arguments
     return {
         "id": "msg_fake",
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
+        "content": [block],
+        "stop_reason": "tool_use" if isinstance(turn, ToolUse) else "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": 10, "output_tokens": 5},
     }

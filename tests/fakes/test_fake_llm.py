@@ -1,13 +1,15 @@
 """The fake LLM server itself: it records what it receives and stops with requests in flight."""
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.fakes import llm_server
-from tests.fakes.llm_server import FakeLLM, running_fake_llm
+from tests.fakes.llm_server import FakeLLM, ToolUse, running_fake_llm
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 
@@ -78,3 +80,36 @@ def test_set_refuses_unknown_options(fake_llm: FakeLLM) -> None:
     """A misspelt option fails loudly instead of being ignored."""
     with pytest.raises(AttributeError):
         fake_llm.set("flaky", failure=2)
+
+
+def _turn(path: str, answer: dict[str, Any]) -> Any:
+    """An answer's turn: its text, or (name, arguments) of its tool call."""
+    if path == "/v1/messages":
+        block = answer["content"][0]
+        return (block["name"], block["input"]) if block["type"] == "tool_use" else block["text"]
+    message = (
+        answer["choices"][0]["message"] if path == "/v1/chat/completions" else answer["message"]
+    )
+    if not message.get("tool_calls"):
+        return message["content"]
+    function = message["tool_calls"][0]["function"]
+    arguments = function["arguments"]  # OpenAI's as JSON text, Ollama's as an object
+    return function["name"], json.loads(arguments) if isinstance(arguments, str) else arguments
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/api/chat"])
+async def test_a_script_answers_turn_by_turn_in_the_paths_format(
+    fake_llm: FakeLLM, path: str
+) -> None:
+    """A scripted tool call, then a scripted text, then the usual text once the script ran
+    out."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5}
+    body["stream"] = False
+    fake_llm.set("ok", script=[ToolUse("read_file", {"path": "a.py"}), "done"])
+    async with httpx.AsyncClient(base_url=fake_llm.base_url, timeout=BOUND_S) as client:
+        answers = [(await client.post(path, json=body)).json() for _ in range(3)]
+    assert [_turn(path, answer) for answer in answers] == [
+        ("read_file", {"path": "a.py"}),
+        "done",
+        "This is the summary.",
+    ]

@@ -1,6 +1,6 @@
 """Real uvicorn processes on 127.0.0.1 for the end-to-end tests, and checks shared by them.
 
-A :class:`ServerPool` (the ``servers`` fixture of tests/e2e/conftest.py) starts servers that
+A :class:`ServerPool` (the ``servers`` fixture of tests/conftest.py) starts servers that
 share one CONTEXT_DIR. Each :class:`Server` runs ``python -m uvicorn app.main:app`` from the
 repository root in its own process group, is ready when ``GET /readyz`` answers 200 (within a
 bounded wait), and can be stopped gracefully, killed with SIGKILL, or restarted on the same
