@@ -13,8 +13,10 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PlainValidator,
+    Tag,
     model_validator,
 )
 
@@ -90,6 +92,11 @@ class FilePart(BaseModel):
 ContentPart = Annotated[
     TextPart | RefusalPart | ImagePart | AudioPart | FilePart, Field(discriminator="type")
 ]
+
+
+def _article(role: str) -> str:
+    return f"an {role}" if role == "assistant" else f"a {role}"
+
 
 # Which content part types each role may carry (OpenAI's request schema).
 _PARTS_BY_ROLE: dict[str, set[str]] = {
@@ -174,7 +181,7 @@ class MessageIn(BaseModel):
             allowed = _PARTS_BY_ROLE[role]
             for part in self.content:
                 if part.type not in allowed:
-                    raise ValueError(f"a {role} message cannot carry {part.type} parts")
+                    raise ValueError(f"{_article(role)} message cannot carry {part.type} parts")
         return self
 
     def fields(self) -> dict[str, Any]:
@@ -242,11 +249,31 @@ AnthropicResultPart = Annotated[
 ]
 
 
+def _text_or_blocks(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "text"
+    return "blocks" if isinstance(value, list) else None
+
+
+# A string or a list of blocks: errors go under ``blocks`` (pydantic would report each branch
+# of a plain union, the string's first).
+_TEXT_OR_BLOCKS = Discriminator(
+    _text_or_blocks,
+    custom_error_type="content_type",
+    custom_error_message="must be a string or a list of content blocks",
+)
+
+AnthropicResultContent = Annotated[
+    Annotated[str, Tag("text")] | Annotated[list[AnthropicResultPart], Tag("blocks")],
+    _TEXT_OR_BLOCKS,
+]
+
+
 class AnthropicToolResultBlock(BaseModel):
     model_config = _Strict
     type: Literal["tool_result"]
     tool_use_id: str = Field(min_length=1, max_length=255)
-    content: str | list[AnthropicResultPart] | None = None
+    content: AnthropicResultContent | None = None
     is_error: bool | None = None
     cache_control: dict[str, Any] | None = Field(None, description="Accepted, not kept.")
 
@@ -254,6 +281,10 @@ class AnthropicToolResultBlock(BaseModel):
 AnthropicBlock = Annotated[
     AnthropicTextBlock | AnthropicImageBlock | AnthropicToolUseBlock | AnthropicToolResultBlock,
     Field(discriminator="type"),
+]
+AnthropicContent = Annotated[
+    Annotated[str, Tag("text")] | Annotated[list[AnthropicBlock], Tag("blocks")],
+    _TEXT_OR_BLOCKS,
 ]
 
 # Which blocks each role may carry (Anthropic's rules).
@@ -294,7 +325,7 @@ class AnthropicMessage(BaseModel):
     )
 
     role: Literal["user", "assistant"]
-    content: str | list[AnthropicBlock]
+    content: AnthropicContent
     type: Literal["message"] | None = Field(None, description="As on a response object; not kept.")
     usage: Usage | None = Field(None, description="Reported by the LLM: counts as an LLM call.")
 
@@ -308,7 +339,9 @@ class AnthropicMessage(BaseModel):
             allowed = _BLOCKS_BY_ROLE[self.role]
             for block in self.content:
                 if block.type not in allowed:
-                    raise ValueError(f"a {self.role} message cannot carry {block.type} blocks")
+                    raise ValueError(
+                        f"{_article(self.role)} message cannot carry {block.type} blocks"
+                    )
         return self
 
 
