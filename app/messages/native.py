@@ -86,9 +86,9 @@ Evidence = dict[str, str]  # format -> where the body shows it ("message 0 has a
 def read_body(body: Any, input_format: InputFormat | None) -> list[MessageIn]:
     """The messages of a POST /messages body, in the service's shape, in order.
 
-    ``input_format`` None: detected. Raises RequestInvalid (422, naming the format the body
-    was read as and, when it shows another's marks, which ``?input=`` would fit) or
-    InvalidInput (not an object; ambiguous).
+    ``input_format`` None: detected. Raises RequestInvalid (422; for a detected format, naming
+    it and why) or InvalidInput (not an object; ambiguous; named as one format and showing
+    another's marks, naming the ``?input=`` that fits).
     """
     if not isinstance(body, dict):
         raise InvalidInput(
@@ -99,8 +99,10 @@ def read_body(body: Any, input_format: InputFormat | None) -> list[MessageIn]:
     batch = "messages" in body
     posted = body["messages"] if batch and isinstance(body["messages"], list) else [body]
     evidence = detect(posted)
+    if input_format is not None:
+        _refuse_foreign(input_format, evidence)
     chosen = input_format or _detected(evidence)
-    hint = _hint(chosen, input_format is not None, evidence)
+    hint = None if input_format is not None else _hint(chosen, evidence)
     try:
         messages = _validated(body, batch, chosen)
     except ValidationError as exc:
@@ -203,16 +205,21 @@ def _detected(evidence: Evidence) -> InputFormat:
     return "ollama" if "ollama" in evidence else "openai"
 
 
-def _hint(chosen: InputFormat, given: bool, evidence: Evidence) -> str | None:
-    """What a validation error adds: which format the body was read as, and why."""
-    if given:
-        other = next((fmt for fmt in sorted(evidence) if fmt != chosen), None)
-        if other is None:
-            return None
-        return (
-            f"this looks like an {PROVIDER_NAMES[other]} message ({evidence[other]}); "
-            f"post it with ?input={other}"
+def _refuse_foreign(named: InputFormat, evidence: Evidence) -> None:
+    """A body named as one format that shows another's marks: their fields would be kept as
+    unknown extras, not read, so it is refused, naming the format it looks like."""
+    other = next((fmt for fmt in sorted(evidence) if fmt != named), None)
+    if other is not None:
+        raise InvalidInput(
+            f"{evidence[other]}, which {PROVIDER_NAMES[named]}'s shape does not have: this "
+            f"looks like an {PROVIDER_NAMES[other]} message; post it with ?input={other}",
+            code=ErrorCode.VALIDATION_ERROR,
+            details={"input": named, "looks_like": other, "evidence": evidence},
         )
+
+
+def _hint(chosen: InputFormat, evidence: Evidence) -> str | None:
+    """What a validation error of a detected format adds: which it was read as, and why."""
     if chosen == "openai":
         return None
     return (
@@ -322,7 +329,7 @@ def from_ollama(message: OllamaMessage) -> Message:
                 "type": "function",
                 "function": {
                     "name": call.function.name,
-                    "arguments": _arguments_text(call.function.arguments),
+                    "arguments": orjson.dumps(call.function.arguments).decode(),
                 },
             }
             for index, call in enumerate(message.tool_calls)
@@ -337,10 +344,6 @@ def from_ollama(message: OllamaMessage) -> Message:
     if usage:
         converted["usage"] = usage
     return converted | dict(message.model_extra or {})
-
-
-def _arguments_text(arguments: dict[str, Any] | str) -> str:
-    return arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
 
 
 def _derived_id(message: OllamaMessage, index: int) -> str:

@@ -364,9 +364,7 @@ def _known_image(data: str) -> str:
 class OllamaFunction(BaseModel):
     model_config = _Strict
     name: str = Field(min_length=1)
-    arguments: dict[str, Any] | str = Field(
-        default_factory=dict, description="An object (Ollama's own), or OpenAI's JSON text."
-    )
+    arguments: dict[str, Any] = Field(default_factory=dict)
     index: int | None = Field(None, description="As Ollama streams it; not kept.")
 
 

@@ -240,15 +240,17 @@ def test_a_body_that_is_no_object_says_what_it_must_be(body: Any) -> None:
 def test_the_wrong_input_format_is_named_with_the_right_one() -> None:
     tool_use = {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}
     body = {"role": "assistant", "content": [tool_use]}
-    with pytest.raises(RequestInvalid) as refused:
+    with pytest.raises(InvalidInput) as refused:
         read_body(body, "openai")
-    assert refused.value.message.endswith(
-        "(this looks like an Anthropic message (message 0 has a tool_use block); "
-        "post it with ?input=anthropic)"
+    assert refused.value.message == (
+        "message 0 has a tool_use block, which OpenAI's shape does not have: this looks like "
+        "an Anthropic message; post it with ?input=anthropic"
     )
-    with pytest.raises(RequestInvalid) as refused:
-        read_body({"role": "user", "images": [PNG]}, "anthropic")
-    assert "post it with ?input=ollama" in refused.value.message
+    assert refused.value.details["looks_like"] == "anthropic"
+    # Even where the other provider's fields would pass as extras.
+    with pytest.raises(InvalidInput) as refused:
+        read_body({"role": "user", "content": "x", "images": [PNG]}, "anthropic")
+    assert refused.value.message.endswith("post it with ?input=ollama")
 
 
 def test_a_detected_format_is_named_in_its_errors() -> None:
@@ -279,9 +281,10 @@ def test_mixed_shapes_are_refused_as_ambiguous() -> None:
         }
     }
     assert "?input=anthropic" in refused.value.message
-    # Named, the format decides: read as Anthropic, the first message is the one in error.
-    with pytest.raises(RequestInvalid):
+    # Named, the other provider's marks are what is wrong.
+    with pytest.raises(InvalidInput) as refused:
         read_body(body, "anthropic")
+    assert refused.value.message.endswith("post it with ?input=openai")
 
 
 @pytest.mark.parametrize(
