@@ -104,17 +104,23 @@ def read_body(body: Any, input_format: InputFormat | None) -> list[MessageIn]:
     chosen = input_format or _detected(evidence)
     hint = None if input_format is not None else _hint(chosen, evidence)
     try:
-        messages = _validated(body, batch, chosen)
+        if chosen == "openai":  # the service's own shape: nothing to convert
+            return (
+                MessageBatch.model_validate(body).messages
+                if batch
+                else [MessageIn.model_validate(body)]
+            )
+        converted = _converted(body, batch, chosen)
     except ValidationError as exc:
         raise RequestInvalid(_in_body(exc.errors()), hint=hint) from None
     try:
-        return [MessageIn.model_validate(message) for message in messages]
+        return [MessageIn.model_validate(message) for message in converted]
     except ValidationError as exc:  # a conversion whose result the service cannot take
         raise RequestInvalid(_in_body(exc.errors(), "converted"), hint=hint) from None
 
 
-def _validated(body: dict[str, Any], batch: bool, chosen: InputFormat) -> list[Message]:
-    """The posted messages validated in format ``chosen`` and converted (ValidationError)."""
+def _converted(body: dict[str, Any], batch: bool, chosen: InputFormat) -> list[Message]:
+    """The posted messages validated in Anthropic's or Ollama's shape, and converted."""
     if chosen == "anthropic":
         anthropic = (
             AnthropicBatch.model_validate(body).messages
@@ -122,17 +128,10 @@ def _validated(body: dict[str, Any], batch: bool, chosen: InputFormat) -> list[M
             else [AnthropicMessage.model_validate(body)]
         )
         return [converted for posted in anthropic for converted in from_anthropic(posted)]
-    if chosen == "ollama":
-        ollama = (
-            OllamaBatch.model_validate(body).messages
-            if batch
-            else [OllamaMessage.model_validate(body)]
-        )
-        return [from_ollama(posted) for posted in ollama]
-    openai = (
-        MessageBatch.model_validate(body).messages if batch else [MessageIn.model_validate(body)]
+    ollama = (
+        OllamaBatch.model_validate(body).messages if batch else [OllamaMessage.model_validate(body)]
     )
-    return [posted.fields() for posted in openai]
+    return [from_ollama(posted) for posted in ollama]
 
 
 def _in_body(errors: Sequence[Any], *prefix: str) -> list[dict[str, Any]]:
