@@ -168,6 +168,8 @@ def _marks(message: dict[str, Any]) -> list[tuple[str, str]]:
     content = message.get("content")
     for part in content if isinstance(content, list) else ():
         kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(kind, str):  # left for validation to refuse
+            continue
         if kind in _ANTHROPIC_BLOCKS:
             marks.append(("anthropic", f"a {kind} block"))
         elif kind in _OPENAI_PARTS:

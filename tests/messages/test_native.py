@@ -42,6 +42,8 @@ def test_detection_reads_each_providers_marks() -> None:
         "openai": "message 0 has an image_url part"
     }
     assert detect(["not a message", 3, None]) == {}
+    odd = {"role": "user", "content": [{"type": {}}, {"type": ["image"]}, "x"], "tool_calls": 1}
+    assert detect([odd]) == {}  # not a mark of anything: validation says what is wrong
 
 
 def test_a_plain_body_is_the_services_own() -> None:
