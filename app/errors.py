@@ -6,7 +6,8 @@
      ├── NotFound                 404  (task_not_found, ...)
      ├── Conflict                 409  (invalid_transition, task_not_writable, ...)
      ├── TooLarge                 413  (body_too_large, message_too_large, context_over_budget)
-     ├── InvalidInput             422  (validation_error, json_too_deep, reserved_field, ...)
+     ├── UnsupportedMediaType     415  (a body that is not declared as JSON)
+     ├── InvalidInput             422  (validation_error, invalid_json, json_too_deep, ...)
      └── StorageError             500  (task_files_damaged, task_metadata_missing, ...)
           ├── InsufficientStorage 507  (the disk of CONTEXT_DIR or the database is full)
           └── StorageUnavailable  503  (CONTEXT_DIR or the database cannot be written)
@@ -14,6 +15,7 @@
 Every error leaves the service as ``{"error": {"code", "message", "details"}}``.
 """
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -24,6 +26,7 @@ class ErrorCode(StrEnum):
     """Every ``error.code`` the API answers with, each defined once."""
 
     ADMIN_KEY_REQUIRED = "admin_key_required"
+    AMBIGUOUS_INPUT_FORMAT = "ambiguous_input_format"
     BAD_REQUEST = "bad_request"
     BATCH_TOO_LARGE = "batch_too_large"
     BODY_READ_TIMEOUT = "body_read_timeout"
@@ -124,9 +127,45 @@ class TooLarge(AppError):
     default_code = ErrorCode.TOO_LARGE
 
 
+class UnsupportedMediaType(AppError):
+    status_code = 415
+    default_code = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+
+
 class InvalidInput(AppError):
     status_code = 422
     default_code = ErrorCode.VALIDATION_ERROR
+
+
+class RequestInvalid(InvalidInput):
+    """Input that does not validate (pydantic's errors, their ``loc`` from the request's top:
+    ``body``, ``query``...): the first error in the message, every error in the details."""
+
+    def __init__(
+        self,
+        errors: Sequence[Mapping[str, Any]],
+        *,
+        hint: str | None = None,
+        code: ErrorCode = ErrorCode.VALIDATION_ERROR,
+    ) -> None:
+        listed = [{"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]} for e in errors]
+        first = listed[0] if listed else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(part) for part in first["loc"])
+        message = f"{where}: {first['msg']}" if where else str(first["msg"])
+        super().__init__(
+            f"{message} ({hint})" if hint else message, code=code, details={"errors": listed}
+        )
+
+
+class InvalidJson(InvalidInput):
+    """A body that does not parse as JSON, said where and why."""
+
+    def __init__(self, line: int, column: int, reason: str) -> None:
+        super().__init__(
+            f"invalid JSON at line {line}, column {column}: {reason}",
+            code=ErrorCode.INVALID_JSON,
+            details={"line": line, "column": column, "reason": reason},
+        )
 
 
 class StorageError(AppError):

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
-from app.errors import AppError, ErrorCode, ErrorResponse, error_payload
+from app.errors import AppError, ErrorCode, ErrorResponse, RequestInvalid, error_payload
 from app.storage.failures import storage_failure
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         404: "Unknown task",
         409: "The task's state does not allow this",
         413: "Too large",
+        415: "The body is not declared as JSON (Content-Type: application/json)",
         422: "Invalid input",
         503: "The store cannot be written (read-only, no permission)",
         507: "The disk of CONTEXT_DIR or the database is full: nothing was acknowledged",
@@ -64,20 +65,21 @@ def _app_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+# pydantic's words for "not an object", which read oddly about a whole body.
+_NOT_AN_OBJECT = frozenset({"model_attributes_type", "dict_type", "model_type"})
+
+
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [{"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+    errors = [
+        {**e, "msg": "the body must be a JSON object"}
+        if tuple(e["loc"]) == ("body",) and e["type"] in _NOT_AN_OBJECT
+        else e
+        for e in exc.errors()
+    ]
     invalid_json = any(e["type"] == "json_invalid" for e in errors)
-    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
-    where = ".".join(str(part) for part in first["loc"])
-    return JSONResponse(
-        error_payload(
-            ErrorCode.INVALID_JSON if invalid_json else ErrorCode.VALIDATION_ERROR,
-            f"{where}: {first['msg']}" if where else str(first["msg"]),
-            {"errors": errors},
-        ),
-        422,
-    )
+    code = ErrorCode.INVALID_JSON if invalid_json else ErrorCode.VALIDATION_ERROR
+    return _app_error(request, RequestInvalid(errors, code=code))
 
 
 def _allowed_methods(request: Request) -> str:

@@ -1,4 +1,5 @@
-"""The API's route class: request bodies parsed by orjson, and refused when they nest too deep.
+"""The API's route class: request bodies parsed by orjson, and refused when they nest too deep,
+are not declared as JSON or do not parse.
 
 Python's json module accepts a lone UTF-16 surrogate ("\\ud800"), which no file or database
 can store: such a body would fail at the write, a 500. orjson refuses it while parsing, so it
@@ -7,6 +8,11 @@ is a 422 `invalid_json` at the door, like any other malformed body.
 A body nesting arrays and objects deeper than MAX_JSON_DEPTH is a 422 `json_too_deep` before
 any dependency or endpoint runs: the serializers that store and render it (orjson, pydantic)
 stop at a few hundred levels, so it would otherwise be accepted here and fail later, a 500.
+
+For a route that takes a body, a body sent without ``Content-Type: application/json`` (or a
+``+json`` type) is a 415 `unsupported_media_type` (FastAPI would hand it on as bytes, to fail as
+"not a valid dictionary"), and one that does not parse is a 422 `invalid_json` saying where
+and why (FastAPI says only "JSON decode error" at a byte offset).
 """
 
 from collections.abc import Callable, Coroutine
@@ -16,7 +22,7 @@ import orjson
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
-from app.errors import JsonTooDeep
+from app.errors import InvalidJson, JsonTooDeep, UnsupportedMediaType
 from app.json_depth import nests_deeper
 
 # orjson's own parser refuses deeper documents with this message (its depth limit is 1024).
@@ -29,28 +35,48 @@ class OrjsonRequest(Request):
             self._json = orjson.loads(await self.body())
         return self._json
 
-    async def check_depth(self, limit: int) -> None:
-        """JsonTooDeep if the body is JSON nesting deeper than ``limit``. A body that is not
-        JSON passes: FastAPI answers it as it answers any malformed body."""
+    async def check_body(self, limit: int, *, takes_body: bool) -> None:
+        """JsonTooDeep if the body is JSON nesting deeper than ``limit``; for a route that
+        takes a body, UnsupportedMediaType if it is not declared as JSON and InvalidJson if it
+        does not parse. An empty body passes (a route whose body is required says so)."""
         if not await self.body():
             return
+        if takes_body and not is_json_type(self.headers.get("content-type", "")):
+            declared = self.headers.get("content-type")
+            raise UnsupportedMediaType(
+                "the body must be JSON, sent with Content-Type: application/json "
+                f"({f'not {declared}' if declared else 'no Content-Type was sent'})",
+                details={"expected": "application/json", "content_type": declared},
+            )
         try:
             parsed = await self.json()
         except orjson.JSONDecodeError as exc:
             if exc.msg == _ORJSON_DEPTH_ERROR:
                 raise JsonTooDeep("the request body", limit) from None
+            if takes_body:
+                raise InvalidJson(exc.lineno, exc.colno, exc.msg) from None
             return
         if nests_deeper(parsed, limit):
             raise JsonTooDeep("the request body", limit)
 
 
+def is_json_type(content_type: str) -> bool:
+    """application/json or application/<anything>+json, parameters (charset) aside."""
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
+
+
 class OrjsonRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        takes_body = self.body_field is not None
 
         async def route(request: Request) -> Response:
             parsed = OrjsonRequest(request.scope, request.receive)
-            await parsed.check_depth(request.app.state.settings.limits.max_json_depth)
+            limit = request.app.state.settings.limits.max_json_depth
+            await parsed.check_body(limit, takes_body=takes_body)
             return await handler(parsed)
 
         return route

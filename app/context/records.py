@@ -239,7 +239,18 @@ def _check_pairing(open_calls: list[list[str]], record: dict[str, Any], index: i
             details={"index": index, "tool_call_ids": repeated},
         )
     if record["role"] == "tool":
-        call_id = record["tool_call_id"]
+        call_id = record.get("tool_call_id")
+        if call_id is None:  # named only (as Ollama's clients send results): the oldest call
+            name = record["tool_name"]
+            match = next((call for call in open_calls if call[1] == name), None)
+            if match is None:
+                raise InvalidInput(
+                    f"message {index}: tool_name {name!r} answers no open assistant tool call",
+                    code=ErrorCode.UNKNOWN_TOOL_CALL,
+                    details={"index": index, "tool_name": name, "open": _ids(open_calls)},
+                )
+            record["tool_call_id"] = match[0]
+            return
         match = next((call for call in open_calls if call[0] == call_id), None)
         if match is None:
             raise InvalidInput(

@@ -1,5 +1,7 @@
 """Pieces of an OpenAI message that every non-OpenAI format has to translate. Pure."""
 
+import base64
+import binascii
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +30,28 @@ def data_image(url: str) -> tuple[str, str] | None:
     if encoding != "base64" or media_type not in IMAGE_MEDIA_TYPES or not data:
         return None
     return media_type, data
+
+
+# The accepted types by their first bytes (WebP: "RIFF", a size, then "WEBP").
+_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def image_media_type(data: str) -> str | None:
+    """The type of bare base64 image data (as Ollama's ``images`` hold it), read from its
+    first bytes; None unless it is one of IMAGE_MEDIA_TYPES."""
+    start = data[:24]  # 18 bytes: enough for every signature above
+    try:
+        head = base64.b64decode(start + "=" * (-len(start) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in _IMAGE_MAGIC if head.startswith(magic)), None)
 
 
 def is_web_url(url: str) -> bool:

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Body, Header, Query, Response, status
 from app.api.deps import TaskUUID, ThreadID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
+from app.messages.native import InputFormat, read_body
 from app.messages.schemas import AppendBody, AppendResult, MessagePage
 from app.messages.service import MessageService
 
@@ -60,9 +61,39 @@ async def append_messages(
                         ]
                     },
                 },
+                "anthropic_results": {
+                    "summary": "Anthropic's shape (?input=anthropic): results and a question",
+                    "value": {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "ok"},
+                            {"type": "text", "text": "Now run the tests."},
+                        ],
+                    },
+                },
+                "ollama_call": {
+                    "summary": "Ollama's shape (?input=ollama): a call, with the counts",
+                    "value": {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {"function": {"name": "read_file", "arguments": {"path": "a.py"}}}
+                        ],
+                        "prompt_eval_count": 1200,
+                        "eval_count": 40,
+                    },
+                },
             }
         ),
     ],
+    input_format: Annotated[
+        InputFormat | None,
+        Query(
+            alias="input",
+            description="The shape the body is in: openai (the service's own), anthropic or "
+            "ollama. Without it the shape is detected (docs/input-formats.md).",
+        ),
+    ] = None,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -75,8 +106,11 @@ async def append_messages(
     thread_id: ThreadID = 0,
 ) -> AppendResult:
     """Append one message or a batch to the task's root context or one of its active threads;
-    durable before the answer."""
-    result, replayed = await messages.append(uuid, body, idempotency_key, thread_id)
+    durable before the answer. A message in Anthropic's or Ollama's shape is stored in OpenAI's
+    (one Anthropic message may become several, appended together)."""
+    result, replayed = await messages.append(
+        uuid, read_body(body, input_format), idempotency_key, thread_id
+    )
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return result

@@ -5,7 +5,7 @@ import asyncio
 from app.config import Settings
 from app.context.store import ContextStore
 from app.errors import ErrorCode, TooLarge
-from app.messages.schemas import AppendResult, MessageBatch, MessageIn, MessagePage, MessageRecord
+from app.messages.schemas import AppendResult, MessageIn, MessagePage, MessageRecord
 from app.observability.metrics import Metrics
 from app.storage.jsonl import read_page
 
@@ -21,12 +21,11 @@ class MessageService:
     async def append(
         self,
         task_uuid: str,
-        body: MessageIn | MessageBatch,
+        messages: list[MessageIn],
         idempotency_key: str | None,
         thread_id: int = 0,
     ) -> tuple[AppendResult, bool]:
-        """Append one message or a batch; returns the result and whether it was a replay."""
-        messages = body.messages if isinstance(body, MessageBatch) else [body]
+        """Append messages, all or nothing; returns the result and whether it was a replay."""
         if len(messages) > self.settings.limits.max_batch_messages:
             raise TooLarge(
                 f"a batch may hold at most {self.settings.limits.max_batch_messages} messages",

@@ -3,6 +3,7 @@ then the directory moved into place (a crash in between is finished or undone at
 inherits is prepared first, outside the task lock."""
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import uuid as uuid_module
@@ -18,14 +19,16 @@ from app.context.store import ContextStore
 from app.db.models import ContextHead, Task
 from app.errors import Conflict, ErrorCode, InvalidInput
 from app.inheritance.service import InheritanceService, Inherited
+from app.tasks.repository import running_siblings
 from app.tasks.schemas import TaskCreate
 from app.tasks.service import TaskService
-from app.tasks.views import TaskView
+from app.tasks.views import Siblings, TaskView
 from app.webhooks.selection import check_chosen
 
 log = logging.getLogger(__name__)
 
 INHERITED_SHARE = 2  # the inherited context message takes at most 1/INHERITED_SHARE of the budget
+MAX_RUNNING_SIBLINGS = 20  # uuids a create's answer lists (the count is of them all)
 
 
 class TaskCreation:
@@ -49,7 +52,16 @@ class TaskCreation:
         self.backend_names = backend_names | {EXTRACTIVE}
 
     async def create(self, body: TaskCreate) -> tuple[TaskView, bool]:
-        """Create a task; returns it and whether it is new (False: an idempotent re-POST)."""
+        """Create a task; returns it, with the other running tasks on its task key and user,
+        and whether it is new (False: an idempotent re-POST)."""
+        view, created = await self._create(body)
+        async with self.db.reader() as session:
+            count, uuids = await running_siblings(
+                session, body.task_key, body.user, view.task.uuid, MAX_RUNNING_SIBLINGS
+            )
+        return dataclasses.replace(view, siblings=Siblings(count, uuids)), created
+
+    async def _create(self, body: TaskCreate) -> tuple[TaskView, bool]:
         if body.summary_backend is not None and body.summary_backend not in self.backend_names:
             raise InvalidInput(
                 f"no LLM backend named {body.summary_backend!r} is configured",

@@ -2,7 +2,13 @@
 
 from app.inheritance.presenters import inherited
 from app.task_key import TaskKey
-from app.tasks.schemas import ContextSummary, TaskCreated, TaskOut, TaskStatistics
+from app.tasks.schemas import (
+    ContextSummary,
+    RunningSiblings,
+    TaskCreated,
+    TaskOut,
+    TaskStatistics,
+)
 from app.tasks.views import TaskView
 
 
@@ -64,4 +70,8 @@ def task_created(view: TaskView) -> TaskCreated:
     created = task_out(view, TaskCreated)
     assert isinstance(created, TaskCreated)
     created.inheritance, created.notification_comment = inherited(view.task)
+    if view.siblings is not None:
+        created.running_siblings = RunningSiblings(
+            count=view.siblings.count, uuids=view.siblings.uuids
+        )
     return created

@@ -12,6 +12,7 @@ from app.db.base import as_utc
 from app.db.models import Task
 from app.errors import ErrorCode, InvalidInput
 from app.lifecycle import FINISHED
+from app.task_key import TaskKey
 
 FILTER_COLUMNS = ("status", "user", "task_source", "owner", "repo", "task_type", "task_id")
 
@@ -48,6 +49,34 @@ async def completion(session: AsyncSession, task_uuid: str) -> tuple[str, dateti
         await session.execute(select(Task.status, Task.completed_at).where(Task.uuid == task_uuid))
     ).one_or_none()
     return None if row is None else (row.status, row.completed_at)
+
+
+def running_siblings_query(
+    key: TaskKey, user: str | None, task_uuid: str, limit: int
+) -> Select[str, int]:
+    """Other running tasks on the same task key and user, newest first, each row with the
+    count of them all: one query, on the task-key index."""
+    same = [getattr(Task, name) == value for name, value in key.model_dump().items()]
+    return (
+        select(Task.uuid, func.count().over())
+        .where(
+            *same,
+            Task.user.is_(None) if user is None else Task.user == user,
+            Task.status == "running",
+            Task.uuid != task_uuid,
+        )
+        .order_by(Task.created_at.desc(), Task.uuid)
+        .limit(limit)
+    )
+
+
+async def running_siblings(
+    session: AsyncSession, key: TaskKey, user: str | None, task_uuid: str, limit: int
+) -> tuple[int, list[str]]:
+    """How many other tasks on the same task key and user are running, and the uuids of the
+    newest ``limit`` of them."""
+    rows = (await session.execute(running_siblings_query(key, user, task_uuid, limit))).all()
+    return (int(rows[0][1]) if rows else 0), [str(uuid) for uuid, _ in rows]
 
 
 async def count_by_status(session: AsyncSession) -> dict[str, int]:

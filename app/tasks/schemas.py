@@ -194,10 +194,20 @@ class TaskOut(BaseModel):
     )
 
 
+class RunningSiblings(BaseModel):
+    count: int = Field(description="How many other tasks on this task key and user are running.")
+    uuids: list[str] = Field(description="The newest of them, at most 20.")
+
+
 class TaskCreated(TaskOut):
     inheritance: InheritanceRecord | None = None
     notification_comment: str | None = Field(
         None, description="For the agent to post on the issue (previous uuid, status, time)."
+    )
+    running_siblings: RunningSiblings = Field(
+        default_factory=lambda: RunningSiblings(count=0, uuids=[]),
+        description="Other tasks on the same task key and user that are still running: a "
+        "duplicate run of one issue, perhaps. Creating the task was not refused.",
     )
 
 

@@ -355,7 +355,9 @@ async def test_a_fit_that_masked_under_the_budget_but_not_the_threshold_condense
         for i in range(13):  # ~1,050 tokens each: ~700 of reasoning, ~300 of output
             call, result = tool_turn(i, lines=25)
             turns += [call | {"content": f"Step {i}: " + "reasoning " * 300}, result]
-        appended, _ = await services.messages.append(uuid, MessageBatch(messages=turns), None)
+        appended, _ = await services.messages.append(
+            uuid, MessageBatch(messages=turns).messages, None
+        )
         stream = await services.payloads.request(uuid, None)
         tokens = int(stream.headers["X-Context-Tokens"])
         async for _ in stream.body:

@@ -61,6 +61,29 @@ def test_unknown_tool_result_is_rejected() -> None:
     assert caught.value.code == "unknown_tool_call"
 
 
+def test_a_result_by_name_answers_the_oldest_open_call_of_that_name() -> None:
+    """Ollama's clients name the tool, not the call: results pair in the calls' order."""
+    calls = [
+        {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        for n, name in enumerate(["read_file", "ls", "read_file"])
+    ]
+    acc = ContextAccumulator(HeadState())
+    results = [
+        {"role": "tool", "tool_name": name, "content": name} for name in ("read_file", "read_file")
+    ]
+    prepared = prepare(acc, [{"role": "assistant", "content": None, "tool_calls": calls}, *results])
+    assert [record["tool_call_id"] for record, _ in prepared[1:]] == ["call_0", "call_2"]
+    assert [openai_message(record)["tool_call_id"] for record, _ in prepared[1:]] == [
+        "call_0",
+        "call_2",
+    ]
+    assert acc.head.open_tool_calls == [["call_1", "ls"]]
+    with pytest.raises(InvalidInput) as caught:
+        prepare(acc, [{"role": "tool", "tool_name": "read_file", "content": ""}])
+    assert caught.value.code == "unknown_tool_call"
+    assert caught.value.details["tool_name"] == "read_file"
+
+
 def test_a_bad_message_rejects_its_whole_batch_and_leaves_the_head() -> None:
     acc = ContextAccumulator(HeadState())
     before = HeadState(**vars(acc.head))

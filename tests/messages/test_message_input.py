@@ -52,7 +52,6 @@ BAD_MESSAGES: dict[str, tuple[Any, int, str]] = {
         422,
         "validation_error",
     ),
-    "arguments_as_object": (tool_call(arguments={"path": "a.py"}), 422, "validation_error"),
     "user_without_content": ({"role": "user"}, 422, "validation_error"),
     "tool_calls_on_user": (
         {**user(), "tool_calls": tool_call()["tool_calls"]},

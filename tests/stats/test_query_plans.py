@@ -8,14 +8,12 @@ from typing import Any
 
 import pytest
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from app.db.engine import Database, open_database
 from app.db.migrate import upgrade_to_head
-from app.stats.repository import AnySelect, build_queries
+from app.stats.repository import build_queries
 from app.stats.schemas import StatsFilters
+from tests.support.query_plans import plan, scans_table
 
 DAY = datetime(2026, 11, 1, tzinfo=UTC)
 SELECTIVE: list[dict[str, Any]] = [
@@ -29,34 +27,12 @@ SELECTIVE: list[dict[str, Any]] = [
 ]
 
 
-class Explain(Executable, ClauseElement):
-    inherit_cache = False
-
-    def __init__(self, statement: AnySelect) -> None:
-        self.statement = statement
-
-
-@compiles(Explain, "sqlite")
-def _explain(element: Explain, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"EXPLAIN QUERY PLAN {compiler.process(element.statement, **kw)}"
-
-
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[Database]:
     database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'plans.db'}")
     await upgrade_to_head(database.engine)
     yield database
     await database.dispose()
-
-
-async def plan(db: Database, statement: AnySelect) -> list[str]:
-    async with db.reader() as session:
-        return [row[3] for row in await session.execute(Explain(statement))]
-
-
-def scans_table(steps: list[str]) -> bool:
-    """A bare full scan of the rows (SCAN tasks, not SCAN tasks USING ... INDEX)."""
-    return any(step == "SCAN tasks" for step in steps)
 
 
 @pytest.mark.parametrize("filters", SELECTIVE, ids=lambda f: "+".join(f))
