@@ -78,5 +78,6 @@ class Budgets:
             tokens += in_format(task.plan_tokens, task.format_plan_tokens or {}, fmt)
         if head.open_tool_calls:
             counter = self.counting.counter(task.token_counter)
-            tokens += FORMATS[fmt].open_calls_tokens(counter, len(head.open_tool_calls))
+            open_ids = [call[0] for call in head.open_tool_calls]
+            tokens += FORMATS[fmt].open_calls_tokens(counter, open_ids)
         return tokens

@@ -9,7 +9,7 @@ the rendered messages; a fresh renderer is fed whole lines, in order, ``last`` o
 chunk.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from app.formats.anthropic import AnthropicFormat
@@ -29,8 +29,9 @@ class PayloadFormat(Protocol):
         """The bytes before and after the renderer's output, from the task's metadata.json."""
         ...
 
-    def renderer(self) -> Callable[[bytes, bool], bytes]:
-        """A fresh stateful callable: (whole JSONL lines, is the last chunk) -> bytes to emit."""
+    def renderer(self, metadata: dict[str, Any]) -> Callable[[bytes, bool], bytes]:
+        """A fresh stateful callable: (whole JSONL lines, is the last chunk) -> bytes to emit,
+        for the task of that metadata.json."""
         ...
 
     def message_tokens(self, counter: TextCounter, message: dict[str, Any]) -> int:
@@ -45,9 +46,9 @@ class PayloadFormat(Protocol):
         """The count of a whole served payload in this format's own terms."""
         ...
 
-    def open_calls_tokens(self, counter: TextCounter, open_calls: int) -> int:
-        """What the payload adds for tool calls still waiting for their results (beyond the
-        sum of its messages' costs)."""
+    def open_calls_tokens(self, counter: TextCounter, open_calls: Sequence[str]) -> int:
+        """What the payload adds for tool calls still waiting for their results (their ids;
+        beyond the sum of its messages' costs)."""
         ...
 
 

@@ -16,10 +16,14 @@ How an OpenAI message becomes content blocks:
 - assistant ``tool_calls`` → ``tool_use`` blocks whose ``input`` is the parsed arguments
   object (see :func:`app.formats.parts.parse_arguments` for blank, invalid or non-object ones);
   tool messages → ``tool_result`` blocks in a user turn (blank results carry no content).
-- Tool ids are rewritten to ``toolu_00000001``, ``toolu_00000002``... in payload order: the
-  corpus reuses ids, Anthropic wants them unique and ``^[a-zA-Z0-9_-]+$``, and a fixed-width id
-  costs the same tokens whatever its number. The renderer remembers only the calls whose
-  results have not come yet, which is enough to map each result's id.
+- Tool ids: a task created with ``"tool_ids": "as_posted"`` in its metadata.json (every task
+  since ids were kept) keeps each call's id as posted (an Anthropic ``toolu_...`` id comes back
+  as it was sent) when it is valid for Anthropic (``^[a-zA-Z0-9_-]+$``) and not yet used in the
+  payload; any other id (and every id of an older task, whose messages were counted with
+  canonical ids) becomes ``toolu_00000001``, ``toolu_00000002``... in payload order, skipping
+  ids already used: the corpus reuses ids, and Anthropic wants them unique. The renderer
+  remembers the ids it used and the calls whose results have not come yet, which maps each
+  result's id.
 - Consecutive messages of one role form one turn (results then a user message, say): a turn
   is opened, its blocks emitted as they come, and closed when the role changes.
 - Calls are kept only when the next message is a tool result: the store lets nothing else
@@ -40,16 +44,18 @@ converted, when the task has tools. OpenAI function tools become ``name``, ``des
 
 Accounting, in this format's own terms: a block costs ``PER_BLOCK`` plus its content (text;
 tool_use: id + name + compact JSON of input; tool_result: id + content; image: as
-:mod:`app.tokens.accounting` counts one).
+:mod:`app.tokens.accounting` counts one). An id is counted as the dearer of the id as posted and
+a canonical one, so the count holds whichever the renderer sends.
 Turns cost nothing, so merging never changes a sum and a message's cost is known on its own.
 ``message_tokens`` of a system message is the larger of its two renderings. The stored sum is
 thus exact except: a leading system message's cost as system text is at most that maximum;
-dropped unanswered calls are not sent; each error result for a call left open costs
-:func:`unanswered_result_tokens` more.
+dropped unanswered calls are not sent; an id sent may cost less than it was counted; each error
+result for a call left open costs what :meth:`AnthropicFormat.open_calls_tokens` adds.
 """
 
+import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -77,6 +83,8 @@ PER_BLOCK = 3
 SYSTEM_PREFIX = "System: "
 TOOL_ID = "toolu_{:08d}"
 STANDALONE_ID = TOOL_ID.format(0)  # same cost as any canonical id
+VALID_ID = re.compile(r"[a-zA-Z0-9_-]+")
+IDS_AS_POSTED = "as_posted"  # metadata.json's "tool_ids" of a task whose ids are kept
 NO_RESULT = "[no result was recorded]"
 
 _CHOICES = {"auto": "auto", "required": "any", "none": "none"}  # OpenAI's string forms
@@ -222,9 +230,13 @@ def block_tokens(counter: TextCounter, block: Block) -> int:
     raise ValueError(f"this format never renders a {kind!r} block")
 
 
-def unanswered_result_tokens(counter: TextCounter) -> int:
-    """What the error result given to each call left open part-way costs (a constant)."""
-    return block_tokens(counter, _no_result(STANDALONE_ID))
+def _dearer_id(counter: TextCounter, stored: Any) -> str:
+    """The stored id when it may be sent as it is and costs more than a canonical one, else a
+    canonical one: what a block with either costs at most."""
+    valid = isinstance(stored, str) and VALID_ID.fullmatch(stored) is not None
+    if valid and counter.count_text(stored) > counter.count_text(STANDALONE_ID):
+        return str(stored)
+    return STANDALONE_ID
 
 
 def _no_result(tool_id: str) -> Block:
@@ -251,11 +263,13 @@ class AnthropicRenderer:
     waiting for results: O(1) in the context's length.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_ids: bool) -> None:
         self._pending: dict[str, Any] | None = None
         self._section = _START
         self._turn: str | None = None
-        self._open: dict[str, deque[str]] = {}  # stored id -> canonical ids awaiting results
+        self._open: dict[str, deque[str]] = {}  # stored id -> sent ids awaiting results
+        self._keep_ids = keep_ids
+        self._used: set[str] = set()  # every id sent so far
         self._issued = 0
 
     def __call__(self, chunk: bytes, last: bool) -> bytes:
@@ -336,9 +350,16 @@ class AnthropicRenderer:
         self._turn = role
 
     def _call(self, call: dict[str, Any]) -> Block:
-        self._issued += 1
-        tool_id = TOOL_ID.format(self._issued)
-        self._open.setdefault(call.get("id", ""), deque()).append(tool_id)
+        stored = call.get("id", "")
+        tool_id = stored
+        if not (self._keep_ids and VALID_ID.fullmatch(stored) and stored not in self._used):
+            self._issued += 1
+            tool_id = TOOL_ID.format(self._issued)
+            while tool_id in self._used:  # a kept id took it
+                self._issued += 1
+                tool_id = TOOL_ID.format(self._issued)
+        self._used.add(tool_id)
+        self._open.setdefault(stored, deque()).append(tool_id)
         return tool_use(call, tool_id)
 
     def _answer(self, call_id: str) -> str | None:
@@ -370,11 +391,12 @@ class AnthropicFormat:
         suffix = b',"tools":' + orjson.dumps(tools) + b"}" if tools else b"}"
         return prefix, suffix
 
-    def renderer(self) -> Callable[[bytes, bool], bytes]:
-        return AnthropicRenderer()
+    def renderer(self, metadata: dict[str, Any]) -> Callable[[bytes, bool], bytes]:
+        return AnthropicRenderer(keep_ids=metadata.get("tool_ids") == IDS_AS_POSTED)
 
     def message_tokens(self, counter: TextCounter, message: dict[str, Any]) -> int:
-        """The blocks one OpenAI message renders to on its own, with canonical-length ids."""
+        """The blocks one OpenAI message renders to on its own, each id the dearer of its own
+        and a canonical one."""
         role = message.get("role")
         if role == "system":
             text = system_text(message)
@@ -383,9 +405,13 @@ class AnthropicFormat:
             as_system = _cost(counter, text_blocks(text))
             return max(as_system, _cost(counter, text_blocks(SYSTEM_PREFIX + text)))
         if role == "tool":
-            return block_tokens(counter, tool_result(message, STANDALONE_ID))
+            tool_id = _dearer_id(counter, message.get("tool_call_id"))
+            return block_tokens(counter, tool_result(message, tool_id))
         blocks = content_blocks(str(role), message.get("content"))
-        blocks += [tool_use(call, STANDALONE_ID) for call in message.get("tool_calls") or ()]
+        blocks += [
+            tool_use(call, _dearer_id(counter, call.get("id")))
+            for call in message.get("tool_calls") or ()
+        ]
         return _cost(counter, blocks)
 
     def tools_tokens(self, counter: TextCounter, tools: list[dict[str, Any]] | None) -> int:
@@ -397,7 +423,10 @@ class AnthropicFormat:
             total += _cost(counter, _as_blocks(message["content"]))
         return total + tools_tokens(counter, payload.get("tools"))
 
-    def open_calls_tokens(self, counter: TextCounter, open_calls: int) -> int:
+    def open_calls_tokens(self, counter: TextCounter, open_calls: Sequence[str]) -> int:
         # A context cut part-way through results gets an error result for each call left open;
         # calls of a final assistant message are dropped instead (cheaper: this is the bound).
-        return open_calls * unanswered_result_tokens(counter)
+        return sum(
+            block_tokens(counter, _no_result(_dearer_id(counter, call_id)))
+            for call_id in open_calls
+        )

@@ -26,7 +26,7 @@ exact, and over by a name for each call never answered.
 """
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -211,7 +211,7 @@ class OllamaFormat:
         tail = request_tail(metadata, max_output_tokens, context_length)
         return prefix, b"]," + orjson.dumps(tail)[1:]  # the tail's "{" becomes the comma
 
-    def renderer(self) -> Callable[[bytes, bool], bytes]:
+    def renderer(self, metadata: dict[str, Any]) -> Callable[[bytes, bool], bytes]:
         return OllamaRenderer()
 
     def message_tokens(self, counter: TextCounter, message: dict[str, Any]) -> int:
@@ -228,5 +228,5 @@ class OllamaFormat:
         messages = sum(ollama_message_tokens(counter, m) for m in payload["messages"])
         return PER_PAYLOAD + messages + tools_tokens(counter, payload.get("tools"))
 
-    def open_calls_tokens(self, counter: TextCounter, open_calls: int) -> int:
+    def open_calls_tokens(self, counter: TextCounter, open_calls: Sequence[str]) -> int:
         return 0  # sent as they are (their results' tool_name is paid for already)

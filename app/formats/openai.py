@@ -7,7 +7,7 @@ Counting: ``app.tokens.accounting`` (OpenAI's published per-message framing) plu
 ``PER_PAYLOAD``; the payload is the stored messages verbatim, so the sum is exact.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -46,7 +46,7 @@ class OpenAIFormat:
             defaults.setdefault("max_completion_tokens", max_output_tokens)
         return defaults
 
-    def renderer(self) -> Callable[[bytes, bool], bytes]:
+    def renderer(self, metadata: dict[str, Any]) -> Callable[[bytes, bool], bytes]:
         return join_lines  # stateless: every call is already fresh
 
     def message_tokens(self, counter: TextCounter, message: dict[str, Any]) -> int:
@@ -60,5 +60,5 @@ class OpenAIFormat:
         tools = accounting.tools_tokens(counter, payload.get("tools"))
         return accounting.PER_PAYLOAD + messages + tools
 
-    def open_calls_tokens(self, counter: TextCounter, open_calls: int) -> int:
+    def open_calls_tokens(self, counter: TextCounter, open_calls: Sequence[str]) -> int:
         return 0  # sent as they are

@@ -81,7 +81,8 @@ class PayloadService:
             context_length=snapshot.task.context_length,
         )
         render = with_pinned(
-            with_anchors(payload_format.renderer(), assembly.anchors), assembly.pinned_line
+            with_anchors(payload_format.renderer(snapshot.metadata), assembly.anchors),
+            assembly.pinned_line,
         )
         body = stream_lines(
             snapshot, snapshot.head.current_bytes, prefix, suffix, render, lead=assembly.lead

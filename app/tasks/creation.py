@@ -18,6 +18,7 @@ from app.config import EXTRACTIVE, Settings
 from app.context.store import ContextStore
 from app.db.models import ContextHead, Task
 from app.errors import Conflict, ErrorCode, InvalidInput
+from app.formats.anthropic import IDS_AS_POSTED
 from app.inheritance.service import InheritanceService, Inherited
 from app.tasks.repository import running_siblings
 from app.tasks.schemas import TaskCreate
@@ -223,6 +224,9 @@ class TaskCreation:
             },
             "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
             "request_defaults": body.request_defaults,
+            # Tool ids reach Anthropic payloads as posted: this task's messages are counted for
+            # that (older tasks' were not, and keep canonical ids).
+            "tool_ids": IDS_AS_POSTED,
             "summary_backend": body.summary_backend,
             "inherit": body.inherit,
             "metadata": body.metadata,

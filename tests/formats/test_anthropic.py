@@ -5,10 +5,11 @@ from typing import Any
 import orjson
 
 from app.formats import FORMATS
-from app.formats.anthropic import NO_RESULT, PER_BLOCK, unanswered_result_tokens
+from app.formats.anthropic import NO_RESULT, PER_BLOCK, STANDALONE_ID
 from app.formats.parts import RAW_ARGUMENTS_KEY
 from app.tokens.counters import HeuristicCounter
 from tests.support.formats import (
+    KEEPING_IDS,
     METADATA,
     PNG,
     adjustment,
@@ -274,7 +275,7 @@ def test_calls_answered_part_way_get_error_results() -> None:
         },
     ]
     extra = ANTHROPIC.payload_tokens(COUNTER, payload) - stored_sum("anthropic", messages)
-    assert extra == 2 * unanswered_result_tokens(COUNTER)
+    assert extra == ANTHROPIC.open_calls_tokens(COUNTER, ["toolu_00000001", "toolu_00000003"])
     assert adjustment("anthropic", COUNTER, messages) == -extra
 
 
@@ -297,7 +298,7 @@ def test_results_and_user_text_share_one_turn_and_names_are_dropped() -> None:
 def test_no_lines_at_all_is_still_json() -> None:
     """A renderer given one empty last chunk closes what the envelope opened."""
     prefix, suffix = ANTHROPIC.envelope(METADATA, max_output_tokens=10, context_length=100)
-    payload = orjson.loads(prefix + ANTHROPIC.renderer()(b"", True) + suffix)
+    payload = orjson.loads(prefix + ANTHROPIC.renderer(METADATA)(b"", True) + suffix)
     assert payload["messages"] == []
     assert render("anthropic", [], max_output_tokens=10, context_length=100) == prefix + suffix
 
@@ -318,4 +319,68 @@ def test_calls_that_are_all_the_context_has_are_kept_and_answered() -> None:
         }
     ]
     extra = ANTHROPIC.payload_tokens(COUNTER, payload) - stored_sum("anthropic", messages)
-    assert extra <= unanswered_result_tokens(COUNTER)
+    assert extra <= ANTHROPIC.open_calls_tokens(COUNTER, ["x"])
+
+
+# -- tool ids ---------------------------------------------------------------------------------
+
+
+def tool_ids(payload: dict[str, Any]) -> list[str]:
+    """The ids of the payload's tool_use and tool_result blocks, in order."""
+    return [
+        block.get("id") or block["tool_use_id"]
+        for turn in payload["messages"]
+        for block in turn["content"]
+        if block["type"] in ("tool_use", "tool_result")
+    ]
+
+
+def test_a_task_keeping_ids_sends_them_as_posted_but_invalid_or_reused_ones() -> None:
+    """Valid ids go as posted; one Anthropic refuses, or one already used, gets the next
+    canonical id that no kept id took."""
+    messages = [
+        user("go"),
+        assistant(call("toolu_01A09q90qw90lq917835lq9"), call("toolu_00000001")),
+        result("toolu_01A09q90qw90lq917835lq9"),
+        result("toolu_00000001"),
+        assistant(call("call.1"), call("toolu_01A09q90qw90lq917835lq9")),
+        result("call.1"),
+        result("toolu_01A09q90qw90lq917835lq9"),
+    ]
+    payload = render_json("anthropic", messages, metadata=KEEPING_IDS)
+    kept, canonical = "toolu_01A09q90qw90lq917835lq9", "toolu_00000001"
+    assert tool_ids(payload) == [
+        *(kept, canonical, kept, canonical),
+        *("toolu_00000002", "toolu_00000003", "toolu_00000002", "toolu_00000003"),
+    ]
+    served = ANTHROPIC.payload_tokens(COUNTER, payload)
+    stored = stored_sum("anthropic", messages)
+    assert stored - served == adjustment("anthropic", COUNTER, messages, keep_ids=True) >= 0
+
+
+def test_a_task_from_before_kept_ids_is_served_canonical_ids() -> None:
+    messages = [
+        user("go"),
+        assistant(call("toolu_01A09q90qw90lq917835lq9")),
+        result("toolu_01A09q90qw90lq917835lq9"),
+    ]
+    payload = render_json("anthropic", messages, metadata=METADATA)
+    assert tool_ids(payload) == ["toolu_00000001", "toolu_00000001"]
+
+
+def test_an_id_is_counted_as_the_dearer_of_itself_and_a_canonical_one() -> None:
+    long_id, short_id = "toolu_01A09q90qw90lq917835lq9", "c1"
+    assert (
+        COUNTER.count_text(long_id)
+        > COUNTER.count_text(STANDALONE_ID)
+        > COUNTER.count_text(short_id)
+    )
+    for tool_id, counted_as in ((long_id, long_id), (short_id, STANDALONE_ID)):
+        message = assistant(call(tool_id))
+        same_cost = assistant(call(counted_as))
+        assert ANTHROPIC.message_tokens(COUNTER, message) == ANTHROPIC.message_tokens(
+            COUNTER, same_cost
+        )
+    assert ANTHROPIC.open_calls_tokens(COUNTER, [long_id]) > ANTHROPIC.open_calls_tokens(
+        COUNTER, [short_id]
+    )

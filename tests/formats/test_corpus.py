@@ -16,7 +16,14 @@ from app.formats.anthropic import STANDALONE_ID, TOOL_ID
 from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.counters import HeuristicCounter, counter_for
 from tests.support.corpus import CORPUS_FILES, corpus_messages
-from tests.support.formats import METADATA, adjustment, render, unanswered_calls, validate_payload
+from tests.support.formats import (
+    KEEPING_IDS,
+    METADATA,
+    adjustment,
+    render,
+    unanswered_calls,
+    validate_payload,
+)
 
 COUNTER = HeuristicCounter()
 load = cache(corpus_messages)  # each file is read by several tests
@@ -39,12 +46,14 @@ def test_corpus_has_the_shapes_the_formats_must_handle() -> None:
     assert leading_pairs == ["codex__codemie_rollout_019e1625.jsonl"]
 
 
+@pytest.mark.parametrize("keep_ids", [False, True], ids=["ids_renumbered", "ids_kept"])
 @pytest.mark.parametrize("name", sorted(FORMATS))
 @pytest.mark.parametrize("corpus_file", CORPUS_FILES)
-def test_corpus_file_renders_valid_and_counted(corpus_file: str, name: str) -> None:
+def test_corpus_file_renders_valid_and_counted(corpus_file: str, name: str, keep_ids: bool) -> None:
     messages = load(corpus_file)
-    whole = render(name, messages)
-    assert render(name, messages, lines_per_chunk=1) == whole
+    metadata = KEEPING_IDS if keep_ids else METADATA
+    whole = render(name, messages, metadata)
+    assert render(name, messages, metadata, lines_per_chunk=1) == whole
     payload = orjson.loads(whole)
     validate_payload(name, payload)
 
@@ -55,7 +64,7 @@ def test_corpus_file_renders_valid_and_counted(corpus_file: str, name: str) -> N
         + sum(payload_format.message_tokens(COUNTER, m) for m in messages)
     )
     served = payload_format.payload_tokens(COUNTER, payload)
-    expected = adjustment(name, COUNTER, messages)
+    expected = adjustment(name, COUNTER, messages, keep_ids=keep_ids)
     assert expected >= 0
     assert stored - served == expected
 
@@ -82,15 +91,16 @@ def test_canonical_tool_ids_cost_the_same_in_exact_encodings(encoding: str) -> N
         "claude-agent-sdk__ja_issue-453_evaluation.jsonl",  # Japanese
     ],
 )
-def test_sums_hold_with_an_exact_counter(corpus_file: str, name: str) -> None:
+@pytest.mark.parametrize("keep_ids", [False, True], ids=["ids_renumbered", "ids_kept"])
+def test_sums_hold_with_an_exact_counter(corpus_file: str, name: str, keep_ids: bool) -> None:
     counter = counter_for("gpt-4o", "o200k_base")
     messages = load(corpus_file)
     payload_format = FORMATS[name]
-    payload = orjson.loads(render(name, messages))
+    payload = orjson.loads(render(name, messages, KEEPING_IDS if keep_ids else METADATA))
     stored = (
         PER_PAYLOAD
         + payload_format.tools_tokens(counter, METADATA["tools"])
         + sum(payload_format.message_tokens(counter, m) for m in messages)
     )
     served = payload_format.payload_tokens(counter, payload)
-    assert stored - served == adjustment(name, counter, messages)
+    assert stored - served == adjustment(name, counter, messages, keep_ids=keep_ids)

@@ -13,9 +13,9 @@ Validating: its provider's schema, its SDK's types, its pairing rules.
 - ollama: the hand-written ``/api/chat`` schema; then pairing by ``tool_call_id``/``tool_name``.
 """
 
+import dataclasses
 import functools
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,13 @@ from jsonschema import Draft202012Validator
 from app.context.records import current_line
 from app.formats import FORMATS
 from app.formats.anthropic import (
+    IDS_AS_POSTED,
+    NO_RESULT,
     PER_BLOCK,
     STANDALONE_ID,
     SYSTEM_PREFIX,
-    unanswered_result_tokens,
+    TOOL_ID,
+    VALID_ID,
 )
 from app.formats.parts import compact_json, content_text, parse_arguments, stand_in
 from app.tokens.accounting import PER_PAYLOAD
@@ -46,7 +49,6 @@ from tests.support.schemas import (
 
 ANTHROPIC_SCHEMA = SCHEMAS / "anthropic_messages_create_request.sdk-derived.schema.json"
 OLLAMA_SCHEMA = SCHEMAS / "ollama_chat_request.schema.json"
-TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 
 METADATA: dict[str, Any] = {
@@ -68,6 +70,8 @@ METADATA: dict[str, Any] = {
     ],
     "request_defaults": {"temperature": 0.2},
 }
+# A task created since tool ids reach Anthropic payloads as posted (METADATA: one from before).
+KEEPING_IDS: dict[str, Any] = METADATA | {"tool_ids": IDS_AS_POSTED}
 
 
 PNG = (  # a 1x1 PNG, base64
@@ -114,7 +118,7 @@ def render(
     lines = current_lines(messages)
     step = lines_per_chunk or max(len(lines), 1)
     chunks = [b"".join(lines[i : i + step]) for i in range(0, len(lines), step)]
-    renderer = payload_format.renderer()
+    renderer = payload_format.renderer(metadata or METADATA)
     body = b"".join(renderer(chunk, i == len(chunks) - 1) for i, chunk in enumerate(chunks))
     return prefix + body + suffix
 
@@ -160,11 +164,14 @@ def stored_sum(name: str, messages: list[dict[str, Any]]) -> int:
     )
 
 
-def anthropic_adjustment(counter: TextCounter, messages: list[dict[str, Any]]) -> int:
+def anthropic_adjustment(
+    counter: TextCounter, messages: list[dict[str, Any]], keep_ids: bool
+) -> int:
     """Stored sum minus served count: leading system messages sent as system text (or, the
     last of a system-only context, as a "System: " user block) where the larger form was
-    stored; the calls of a final assistant message, which are not sent; and, negative, the
-    error result each call left open part-way gets."""
+    stored; the calls of a final assistant message, which are not sent; each tool id, stored
+    as the dearer of its own and a canonical one, against the id sent; and, negative, the error
+    result each call left open part-way gets."""
     anthropic = FORMATS["anthropic"]
     leading = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
     adjustment = 0
@@ -178,9 +185,61 @@ def anthropic_adjustment(counter: TextCounter, messages: list[dict[str, Any]]) -
     for call in unanswered_calls(messages):
         function = call["function"]
         arguments = compact_json(parse_arguments(function["arguments"]))
-        adjustment += PER_BLOCK + counter.count_text(STANDALONE_ID)
+        adjustment += PER_BLOCK + counter.count_text(dearer_id(counter, call["id"]))
         adjustment += counter.count_text(function["name"]) + counter.count_text(arguments)
-    return adjustment - len(calls_left_open(messages)) * unanswered_result_tokens(counter)
+    sent = sent_ids(messages, keep_ids)
+    for stored, sent_id in sent.sent:
+        adjustment += counter.count_text(dearer_id(counter, stored)) - counter.count_text(sent_id)
+    for sent_id in sent.left_open:
+        adjustment -= PER_BLOCK + counter.count_text(sent_id) + counter.count_text(NO_RESULT)
+    return adjustment
+
+
+def dearer_id(counter: TextCounter, stored: str) -> str:
+    """The id a stored tool id is counted as: its own, when valid and dearer than canonical."""
+    valid = VALID_ID.fullmatch(stored) is not None
+    dearer = valid and counter.count_text(stored) > counter.count_text(STANDALONE_ID)
+    return stored if dearer else STANDALONE_ID
+
+
+@dataclasses.dataclass
+class SentIds:
+    sent: list[tuple[str, str]]  # (stored id, id sent) of every tool_use and tool_result sent
+    left_open: list[str]  # the ids sent with the calls left open part-way
+
+
+def sent_ids(messages: list[dict[str, Any]], keep_ids: bool) -> SentIds:
+    """The reference of the renderer's ids: a stored id as it is when kept, valid and unused,
+    else the next canonical id no kept one took; results take their call's."""
+    final = {id(call) for call in unanswered_calls(messages)}
+    used: set[str] = set()
+    issued = 0
+    waiting: dict[str, list[str]] = {}
+    sent = SentIds(sent=[], left_open=[])
+    for message in messages:
+        if message["role"] == "tool":
+            queue = waiting.get(message["tool_call_id"])
+            if queue:
+                sent.sent.append((message["tool_call_id"], queue.pop(0)))
+            continue
+        for call in message.get("tool_calls") or ():
+            if id(call) in final:
+                continue
+            tool_id = call["id"]
+            if not (keep_ids and VALID_ID.fullmatch(tool_id) and tool_id not in used):
+                issued += 1
+                while TOOL_ID.format(issued) in used:
+                    issued += 1
+                tool_id = TOOL_ID.format(issued)
+            used.add(tool_id)
+            waiting.setdefault(call["id"], []).append(tool_id)
+            sent.sent.append((call["id"], tool_id))
+    left = {id(call) for call in calls_left_open(messages)}
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            if id(call) in left:
+                sent.left_open.append(next(t for s, t in sent.sent if s == call["id"]))
+    return sent
 
 
 def ollama_adjustment(counter: TextCounter, messages: list[dict[str, Any]]) -> int:
@@ -189,10 +248,13 @@ def ollama_adjustment(counter: TextCounter, messages: list[dict[str, Any]]) -> i
     return sum(counter.count_text(call["function"]["name"]) for call in never)
 
 
-def adjustment(name: str, counter: TextCounter, messages: list[dict[str, Any]]) -> int:
-    """Stored sum minus served count of a context in format ``name`` (the documented gaps)."""
+def adjustment(
+    name: str, counter: TextCounter, messages: list[dict[str, Any]], *, keep_ids: bool = False
+) -> int:
+    """Stored sum minus served count of a context in format ``name`` (the documented gaps);
+    ``keep_ids``: the task keeps tool ids as posted (KEEPING_IDS, every task created now)."""
     if name == "anthropic":
-        return anthropic_adjustment(counter, messages)
+        return anthropic_adjustment(counter, messages, keep_ids)
     if name == "ollama":
         return ollama_adjustment(counter, messages)
     return 0  # openai and lmstudio send the stored messages verbatim
@@ -258,7 +320,7 @@ def assert_anthropic_sequence(payload: dict[str, Any]) -> None:
                 assert block["text"].strip(), (index, "blank text block")
             if block["type"] == "tool_use":
                 assert role == "assistant", index
-                assert TOOL_ID.match(block["id"]), block["id"]
+                assert VALID_ID.fullmatch(block["id"]), block["id"]
                 assert block["id"] not in seen, (index, "duplicate id", block["id"])
                 assert isinstance(block["input"], dict), index
                 seen.add(block["id"])

@@ -230,7 +230,12 @@ async def check_payloads(
         assert_order(name, payload, view)
         answers[name] = response
     if await check_protected(client, view, answers["openai"]):
-        assert_exact_counts(answers, counter)
+        # Sums hold for one context: not when a background compaction changed it meanwhile.
+        again = await client.get(
+            f"/tasks/{view.uuid}/request", params={"thread_id": view.thread_id, "format": "openai"}
+        )
+        if again.json()["messages"] == answers["openai"].json()["messages"]:
+            assert_exact_counts(answers, counter)
     return answers
 
 
@@ -266,7 +271,8 @@ def assert_exact_counts(answers: dict[str, httpx.Response], counter: TextCounter
     for name, response in answers.items():
         exact = FORMATS[name].payload_tokens(counter, response.json())
         served = int(response.headers["X-Context-Tokens"])
-        assert served - adjustment(name, counter, messages) == exact, (name, served, exact)
+        gaps = adjustment(name, counter, messages, keep_ids=True)
+        assert served - gaps == exact, (name, served, exact)
 
 
 # -- compactions ------------------------------------------------------------------------------
