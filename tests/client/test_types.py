@@ -19,6 +19,7 @@ MIRRORS = {
     "Candidate": "Candidate",
     "CandidatePage": "CandidatePage",
     "ChatMessage": "MessageIn",
+    "RunningSiblings": "RunningSiblings",
     "CompactionChoice": "CompactionChoice",
     "CompactionOptions": "CompactionOptionsOut",
     "CompactionResult": "CompactionResult",

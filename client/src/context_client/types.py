@@ -157,9 +157,15 @@ class InheritanceRecord(TypedDict):
     notification_comment: str
 
 
+class RunningSiblings(TypedDict):
+    count: int  # other running tasks on the same task key and user
+    uuids: list[str]  # the newest of them
+
+
 class TaskCreated(Task):
     inheritance: InheritanceRecord | None
     notification_comment: str | None
+    running_siblings: RunningSiblings
 
 
 class TaskPage(TypedDict):
