@@ -3,7 +3,7 @@ makes a payload the SDK's ``create()`` sends as it is, and the ``record_*`` help
 SDK's answer (tool calls, usage) so that the task's statistics count the call."""
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import httpx
@@ -60,18 +60,21 @@ async def test_anthropic_create_takes_the_payload_as_keyword_arguments(
     assert sent["temperature"] == 0.2
 
 
+@pytest.mark.parametrize("payload_format", ["openai", "lmstudio"])
 async def test_openai_create_takes_the_payload_as_keyword_arguments(
-    service: AsyncContextClient, fake_llm: FakeLLM
+    service: AsyncContextClient, fake_llm: FakeLLM, payload_format: Literal["openai", "lmstudio"]
 ) -> None:
     """openai's create() takes temperature but not top_k (a vLLM extension): top_k goes in
-    extra_body, and the wire request is the payload."""
-    uuid = await new_task(service, "openai")
-    kwargs = await service.request_kwargs(uuid, sdk="openai")
+    extra_body, and the wire request is the payload (LM Studio's, with max_tokens, too)."""
+    uuid = await new_task(service, payload_format)
+    kwargs = await service.request_kwargs(uuid, sdk="openai", format=payload_format)
     assert (kwargs["temperature"], kwargs["extra_body"]) == (0.2, {"top_k": 40})
     async with openai.AsyncOpenAI(base_url=f"{fake_llm.base_url}/v1", api_key="k") as llm:
         await llm.chat.completions.create(**kwargs)
-    assert fake_llm.last.body == await service.request_payload(uuid, format="openai")
+    assert fake_llm.last.body == await service.request_payload(uuid, format=payload_format)
     assert fake_llm.last.body["temperature"] == 0.2
+    limit = "max_tokens" if payload_format == "lmstudio" else "max_completion_tokens"
+    assert limit in fake_llm.last.body
 
 
 async def test_an_openai_chat_completion_is_recorded_with_its_calls_and_usage(
