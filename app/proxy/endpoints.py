@@ -1,0 +1,102 @@
+"""The OpenAI and Anthropic wire endpoints: an agent changes its base URL to the service's and
+gets durable history, compaction and statistics (docs/proxy.md)."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Request
+from fastapi.responses import Response, StreamingResponse
+
+from app.api.deps import service
+from app.api.errors import ERROR_RESPONSES
+from app.api.routing import OrjsonRoute
+from app.auth.dependencies import PrincipalDep
+from app.proxy.service import ProxyAnswer, ProxyService
+
+ProxyDep = Annotated[ProxyService, service("proxy")]
+
+router = APIRouter(
+    route_class=OrjsonRoute,
+    prefix="/v1",
+    tags=["proxy"],
+    responses=ERROR_RESPONSES
+    | {
+        400: {"description": "The request names no task (X-Context-Task or the task key headers)"},
+        502: {"description": "The upstream LLM could not be reached"},
+        504: {"description": "The upstream LLM did not answer in time"},
+    },
+)
+
+_TASK_HEADERS = (
+    "Which task: X-Context-Task: <uuid>, or X-Context-Task-Source, -Owner, -Repo, -Type, -Id "
+    "(and X-Context-User) for the newest running task of that key, created if there is none. "
+    "X-Context-Window sets the window of a task the request creates."
+)
+
+
+@router.post("/chat/completions")
+async def chat_completions(
+    request: Request,
+    proxy: ProxyDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body(description="An OpenAI chat completion request.")],
+) -> Response:
+    """OpenAI's chat completions, through the task's context: the conversation the agent sent
+    is recorded, the task's payload (compacted, within its budget) goes to the configured
+    backend (PROXY__OPENAI_BACKEND), and its answer comes back unchanged (streamed too), and
+    is recorded."""
+    return _response(await proxy.forward("openai", body, _headers(request), principal))
+
+
+@router.post("/messages")
+async def messages(
+    request: Request,
+    proxy: ProxyDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body(description="An Anthropic Messages request.")],
+) -> Response:
+    """Anthropic's Messages API, through the task's context, as /v1/chat/completions does it
+    for OpenAI's (backend: PROXY__ANTHROPIC_BACKEND)."""
+    return _response(await proxy.forward("anthropic", body, _headers(request), principal))
+
+
+@router.get("/models")
+async def models(proxy: ProxyDep) -> dict[str, Any]:
+    """The models of the configured proxy backends, in OpenAI's list shape (each entry also
+    carries the fields Anthropic's list has)."""
+    entries = [
+        {
+            "id": model,
+            "object": "model",
+            "created": 0,
+            "owned_by": backend,
+            "type": "model",
+            "display_name": model,
+            "created_at": "1970-01-01T00:00:00Z",
+        }
+        for model, backend in proxy.models()
+    ]
+    return {
+        "object": "list",
+        "data": entries,
+        "has_more": False,
+        "first_id": entries[0]["id"] if entries else None,
+        "last_id": entries[-1]["id"] if entries else None,
+    }
+
+
+chat_completions.__doc__ = f"{chat_completions.__doc__} {_TASK_HEADERS}"
+messages.__doc__ = f"{messages.__doc__} {_TASK_HEADERS}"
+
+
+def _headers(request: Request) -> dict[str, str]:
+    return {name.lower(): value for name, value in request.headers.items()}
+
+
+def _response(answer: ProxyAnswer) -> Response:
+    if answer.stream is not None:
+        return StreamingResponse(
+            answer.stream, answer.status, headers=answer.headers, media_type=answer.media_type
+        )
+    return Response(
+        answer.body, answer.status, headers=answer.headers, media_type=answer.media_type
+    )
