@@ -129,8 +129,9 @@ class HTTPBackend(ABC):
         content = json.dumps(body).encode()
         sent = self.headers() | dict(headers or {}) | {"content-type": "application/json"}
         started = time.monotonic()
-        attempts = self.config.max_retries + 1
-        for attempt in range(1, attempts + 1):
+        attempts, attempt = self.config.max_retries + 1, 0
+        while True:
+            attempt += 1
             request = self._client.build_request(
                 "POST", self.url, content=content, headers=sent, timeout=self._timeout
             )
@@ -170,7 +171,6 @@ class HTTPBackend(ABC):
                 wait,
             )
             await asyncio.sleep(wait)
-        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _attempt(self, body: dict[str, Any]) -> str:
         try:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+import httpx
 import orjson
 from pydantic import ValidationError
 
@@ -317,7 +318,7 @@ class ProxyService:
     # -- the answer ---------------------------------------------------------------------
 
     async def _relayed_events(
-        self, task_uuid: str, wire: Wire, body: Mapping[str, Any], response: Any
+        self, task_uuid: str, wire: Wire, body: Mapping[str, Any], response: httpx.Response
     ) -> AsyncIterator[bytes]:
         """The upstream's events passed on as they come; the answer they make up recorded
         once the stream has ended."""
