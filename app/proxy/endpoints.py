@@ -59,6 +59,17 @@ async def messages(
     return _response(await proxy.forward("anthropic", body, _headers(request), principal))
 
 
+@router.post("/messages/count_tokens")
+async def count_tokens(
+    proxy: ProxyDep,
+    body: Annotated[dict[str, Any], Body(description="An Anthropic Messages request.")],
+) -> dict[str, int]:
+    """Anthropic's token count: the request's tokens as the service counts them, as sent (what
+    the proxy would send may be fewer: the task's payload, compacted). Names no task, writes
+    nothing."""
+    return {"input_tokens": await proxy.count_tokens(body)}
+
+
 @router.get("/models")
 async def models(proxy: ProxyDep) -> dict[str, Any]:
     """The models of the configured proxy backends, in OpenAI's list shape (each entry also

@@ -38,6 +38,7 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from app.formats import FORMATS
 from app.llm.errors import LLMError, LLMTimeout
 from app.llm.http import HTTPBackend
 from app.messages.schemas import MessageIn
@@ -124,6 +125,21 @@ class ProxyService:
         for backend in self.backends.values():
             seen.setdefault(backend.model, backend.name)
         return sorted(seen.items())
+
+    async def count_tokens(self, body: dict[str, Any]) -> int:
+        """The tokens of an Anthropic request as the service counts them (its counter for the
+        request's model), the request as sent: no task, nothing written."""
+        WIRES["anthropic"].conversation(body)  # refused as /v1/messages would refuse it
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise InvalidInput(
+                "model: the request names no model",
+                code=ErrorCode.VALIDATION_ERROR,
+                details={"field": "model"},
+            )
+        counting = self.store.counting
+        counter = await asyncio.to_thread(lambda: counting.counter(counting.counter_name(model)))
+        return FORMATS["anthropic"].payload_tokens(counter, body)
 
     async def forward(
         self,

@@ -19,6 +19,7 @@ from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
 from tests.support.formats import validate_payload
 from tests.support.proxy import (
+    ANTHROPIC_TOOL,
     SYSTEM,
     anthropic_results,
     anthropic_turn,
@@ -309,9 +310,17 @@ def test_upstream_errors_come_back_as_they_came(servers: ServerPool, fake_llm: F
     assert failed.value.status_code == 529
 
 
-def test_the_models_list_names_the_backends_models(servers: ServerPool, fake_llm: FakeLLM) -> None:
+def test_models_and_token_counts_through_the_sdks(servers: ServerPool, fake_llm: FakeLLM) -> None:
     server = servers.start(env=proxy_env(fake_llm))
     listed = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="k").models.list()
     assert sorted(m.id for m in listed) == ["claude-sonnet-5-5", "gpt-4o"]
     claude = anthropic.Anthropic(base_url=server.base_url, api_key="k").models.list()
     assert sorted(m.id for m in claude) == ["claude-sonnet-5-5", "gpt-4o"]
+    counted = anthropic.Anthropic(base_url=server.base_url, api_key="k").messages.count_tokens(
+        model="claude-sonnet-5-5",
+        system=SYSTEM,
+        messages=[{"role": "user", "content": "Why is the total wrong?"}],
+        tools=[ANTHROPIC_TOOL],  # type: ignore[list-item]
+    )
+    assert 30 < counted.input_tokens < 200
+    assert fake_llm.requests == []  # counted by the service, nothing sent upstream

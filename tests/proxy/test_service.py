@@ -169,3 +169,16 @@ async def test_a_streamed_answer_is_passed_on_event_by_event(
     assert usage["usage"]["prompt_tokens"] == 10  # asked for: passed on
     task = (await client.get(f"/tasks/{TASK}")).json()
     assert task["statistics"]["llm_call_count"] == 1
+
+
+async def test_a_token_count_names_no_task_and_writes_nothing(
+    client: httpx.AsyncClient, context_dir: Path
+) -> None:
+    before = snapshot_dir(context_dir)
+    body = {"model": "claude-x", "messages": [{"role": "user", "content": "Hi " * 100}]}
+    counted = await client.post("/v1/messages/count_tokens", json=body)
+    assert counted.status_code == 200, counted.text
+    assert 50 <= counted.json()["input_tokens"] < 200  # "Hi " a hundred times
+    refused = await client.post("/v1/messages/count_tokens", json={"model": "claude-x"})
+    assert_error(refused, 422, "validation_error")
+    assert snapshot_dir(context_dir) == before
