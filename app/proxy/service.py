@@ -65,8 +65,10 @@ __all__ = ["ProxyAnswer", "ProxyService"]
 log = logging.getLogger(__name__)
 
 TASK_RESPONSE_HEADER = "X-Context-Task"  # on every answer: the task the request went to
-# Headers of the upstream's answer passed on besides its content type.
-_PASSED_HEADERS = ("x-request-id", "request-id", "openai-processing-ms")
+# Headers of the upstream's answer passed on besides its content type: its request ids, and
+# what a client's own retry and rate-limit logic reads.
+_PASSED_HEADERS = ("x-request-id", "request-id", "openai-processing-ms", "retry-after")
+_PASSED_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "retry-after-")
 # Headers of the agent's request passed upstream (the key and the version are the server's).
 _FORWARDED_HEADERS = ("anthropic-beta",)
 
@@ -180,7 +182,9 @@ class ProxyService:
             kind = UpstreamTimeout if isinstance(exc, LLMTimeout) else UpstreamUnavailable
             raise kind(str(exc), details={"attempts": exc.attempts}) from None
         answer_headers = {TASK_RESPONSE_HEADER: task_uuid} | {
-            h: response.headers[h] for h in _PASSED_HEADERS if h in response.headers
+            name: value
+            for name, value in response.headers.items()
+            if name in _PASSED_HEADERS or name.startswith(_PASSED_PREFIXES)
         }
         media_type = response.headers.get("content-type", "application/json")
         if not streaming or not response.is_success:

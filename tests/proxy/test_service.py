@@ -28,7 +28,13 @@ def proxied(context_dir: Path, base_url: str, **extra: Any) -> Any:
     backends = {"gpt": {"kind": "openai", "base_url": base_url, "model": "gpt-4o"}}
     return fast_settings(
         context_dir,
-        llm={"backends": backends, "max_retries": 1, "retry_backoff_s": 0, **extra},
+        llm={
+            "backends": backends,
+            "max_retries": 1,
+            "retry_backoff_s": 0,
+            "retry_backoff_max_s": 0,
+            **extra,
+        },
         proxy={"openai_backend": "gpt"},
     )
 
@@ -182,3 +188,14 @@ async def test_a_token_count_names_no_task_and_writes_nothing(
     refused = await client.post("/v1/messages/count_tokens", json={"model": "claude-x"})
     assert_error(refused, 422, "validation_error")
     assert snapshot_dir(context_dir) == before
+
+
+async def test_a_rate_limit_comes_back_with_its_headers_after_the_retries(
+    client: httpx.AsyncClient, fake_llm: FakeLLM
+) -> None:
+    fake_llm.set("error", fail_status=429, retry_after="7", error_message="slow down")
+    answer = await client.post("/v1/chat/completions", json=CHAT, headers=HEADERS)
+    assert answer.status_code == 429
+    assert answer.headers["retry-after"] == "7"
+    assert answer.json()["error"]["message"] == "slow down"  # the upstream's own body
+    assert len(fake_llm.requests) == 2
