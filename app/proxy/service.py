@@ -131,17 +131,25 @@ class ProxyService:
     async def count_tokens(self, body: dict[str, Any]) -> int:
         """The tokens of an Anthropic request as the service counts them (its counter for the
         request's model), the request as sent: no task, nothing written."""
-        WIRES["anthropic"].conversation(body)  # refused as /v1/messages would refuse it
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise InvalidInput(
-                "model: the request names no model",
-                code=ErrorCode.VALIDATION_ERROR,
-                details={"field": "model"},
+        wire = WIRES["anthropic"]
+        wire.conversation(body)  # refused as /v1/messages would refuse it
+        model = wire.model(body)
+        tools = body.get("tools", [])
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise RequestInvalid(
+                [{"type": "list_type", "loc": ("body", "tools"), "msg": "a list of tools"}]
             )
         counting = self.store.counting
         counter = await asyncio.to_thread(lambda: counting.counter(counting.counter_name(model)))
-        return FORMATS["anthropic"].payload_tokens(counter, body)
+        try:
+            return FORMATS["anthropic"].payload_tokens(counter, body)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            # A block or tool of a shape the service does not count (it validated the rest).
+            raise InvalidInput(
+                f"this request holds a block or tool the service cannot count: {exc!r}",
+                code=ErrorCode.VALIDATION_ERROR,
+                details={},
+            ) from None
 
     async def forward(
         self,
@@ -253,13 +261,7 @@ class ProxyService:
                 "this key may not create tasks for that user or task source",
                 code=ErrorCode.OUT_OF_SCOPE,
             )
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise InvalidInput(
-                "model: the request names no model",
-                code=ErrorCode.VALIDATION_ERROR,
-                details={"field": "model"},
-            )
+        model = wire.model(body)
         window = requested_window(headers) or known_window(model) or self.default_context_length
         wanted = wire.max_output_tokens(body)
         try:

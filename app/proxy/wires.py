@@ -63,7 +63,28 @@ class Wire:
             system, messages = _openai_messages(raw)
         else:
             system, messages = _anthropic_system(body.get("system")), _anthropic_messages(raw)
+            if body.get("system") is not None and not isinstance(body["system"], str | list):
+                raise RequestInvalid(
+                    [
+                        {
+                            "type": "type_error",
+                            "loc": ("body", "system"),
+                            "msg": "system must be a string or a list of text blocks",
+                        }
+                    ]
+                )
         return Conversation(system=system, messages=_validated(messages))
+
+    def model(self, body: Mapping[str, Any]) -> str:
+        """The model a request asks for (InvalidInput when it names none)."""
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise InvalidInput(
+                "model: the request names no model",
+                code=ErrorCode.VALIDATION_ERROR,
+                details={"field": "model"},
+            )
+        return model
 
     def tools(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The request's function tools as the service stores them (OpenAI's definitions)."""

@@ -185,8 +185,19 @@ async def test_a_token_count_names_no_task_and_writes_nothing(
     counted = await client.post("/v1/messages/count_tokens", json=body)
     assert counted.status_code == 200, counted.text
     assert 50 <= counted.json()["input_tokens"] < 200  # "Hi " a hundred times
-    refused = await client.post("/v1/messages/count_tokens", json={"model": "claude-x"})
-    assert_error(refused, 422, "validation_error")
+    tool = {"name": "ls", "input_schema": {"type": "object"}}
+    with_tool = await client.post("/v1/messages/count_tokens", json=body | {"tools": [tool]})
+    assert with_tool.json()["input_tokens"] > counted.json()["input_tokens"]
+    refused_bodies: list[dict[str, Any]] = [
+        {"model": "claude-x"},
+        {"messages": body["messages"]},
+        body | {"system": 42},
+        body | {"tools": "ls"},
+        {"model": "m", "messages": [{"role": "assistant", "content": [{"type": "thinking"}]}]},
+    ]
+    for refused_body in refused_bodies:
+        refused = await client.post("/v1/messages/count_tokens", json=refused_body)
+        assert_error(refused, 422, "validation_error")
     assert snapshot_dir(context_dir) == before
 
 
