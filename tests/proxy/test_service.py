@@ -210,3 +210,42 @@ async def test_a_rate_limit_comes_back_with_its_headers_after_the_retries(
     assert answer.headers["retry-after"] == "7"
     assert answer.json()["error"]["message"] == "slow down"  # the upstream's own body
     assert len(fake_llm.requests) == 2
+
+
+async def test_the_answers_usage_calibrates_the_task(
+    client: httpx.AsyncClient, fake_llm: FakeLLM
+) -> None:
+    """The reply is recorded with its usage: the LLM's prompt tokens against the payload the
+    proxy sent tune the task's counts, with no call of the agent's own."""
+    question = {"role": "user", "content": "Why does the parser fail on nested lists? " * 10}
+    first = await client.post(
+        "/v1/chat/completions", json=CHAT | {"messages": [question]}, headers=HEADERS
+    )
+    assert first.status_code == 200
+    served = (await client.get(f"/tasks/{TASK}")).json()["context"]["tokens"]
+    fake_llm.set(
+        "ok",
+        reply={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-4o",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Depth."},
+                    "finish_reason": "stop",
+                }
+            ],
+            # The model counts half as much again as the service: its tokenizer is another.
+            "usage": {"prompt_tokens": round(served * 1.5), "completion_tokens": 3},
+        },
+    )
+    again = [question, first.json()["choices"][0]["message"], {"role": "user", "content": "Go on."}]
+    second = await client.post(
+        "/v1/chat/completions", json=CHAT | {"messages": again}, headers=HEADERS
+    )
+    assert second.status_code == 200
+    task = (await client.get(f"/tasks/{TASK}")).json()
+    assert task["context"]["calibration"] > 1.2
+    assert task["statistics"]["llm_call_count"] == 2
