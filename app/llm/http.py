@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
+import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from app.llm.base import BackendConfig, chat_messages
@@ -126,7 +127,7 @@ class HTTPBackend(ABC):
         LLMTimeout or LLMUnavailable. The timeout bounds the wait for the answer's headers; a
         streamed body is bounded per read.
         """
-        content = json.dumps(body).encode()
+        content = orjson.dumps(body)
         sent = self.headers() | dict(headers or {}) | {"content-type": "application/json"}
         started = time.monotonic()
         attempts, attempt = self.config.max_retries + 1, 0
