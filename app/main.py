@@ -25,6 +25,7 @@ from app.ops.endpoints import router as ops_router
 from app.payloads.endpoints import router as payloads_router
 from app.planning.endpoints import router as planning_router
 from app.proxy.endpoints import router as proxy_router
+from app.proxy.endpoints import task_router as task_proxy_router
 from app.stats.endpoints import router as stats_router
 from app.tasks.endpoints import router as tasks_router
 from app.threads.endpoints import router as threads_router
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         stats_router,
         maintenance_router,
         proxy_router,
+        task_proxy_router,
     ):
         app.include_router(router, dependencies=[Depends(authenticate)])
     app.include_router(ops_router)  # health and the index need no key (PUBLIC_PATHS)

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import Response, StreamingResponse
 
-from app.api.deps import service
+from app.api.deps import TaskUUID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.auth.dependencies import PrincipalDep
@@ -14,20 +14,20 @@ from app.proxy.service import ProxyAnswer, ProxyService
 
 ProxyDep = Annotated[ProxyService, service("proxy")]
 
-router = APIRouter(
-    route_class=OrjsonRoute,
-    prefix="/v1",
-    tags=["proxy"],
-    responses=ERROR_RESPONSES
-    | {
-        400: {"description": "The request names no task (X-Context-Task or the task key headers)"},
-        502: {"description": "The upstream LLM could not be reached"},
-        504: {"description": "The upstream LLM did not answer in time"},
-    },
+_RESPONSES = ERROR_RESPONSES | {
+    400: {"description": "The request names no task (X-Context-Task or the task key headers)"},
+    502: {"description": "The upstream LLM could not be reached"},
+    504: {"description": "The upstream LLM did not answer in time"},
+}
+router = APIRouter(route_class=OrjsonRoute, prefix="/v1", tags=["proxy"], responses=_RESPONSES)
+# The same wires under a task's own base URL, for an agent that sets nothing but a base URL.
+task_router = APIRouter(
+    route_class=OrjsonRoute, prefix="/tasks/{uuid}/v1", tags=["proxy"], responses=_RESPONSES
 )
 
 _TASK_HEADERS = (
-    "Which task: X-Context-Task: <uuid>, or X-Context-Task-Source, -Owner, -Repo, -Type, -Id "
+    "Which task: the base URL /tasks/<uuid>/v1, or X-Context-Task: <uuid>, or "
+    "X-Context-Task-Source, -Owner, -Repo, -Type, -Id "
     "(and X-Context-User) for the newest running task of that key, created if there is none. "
     "X-Context-Window sets the window of a task the request creates."
 )
@@ -68,6 +68,32 @@ async def count_tokens(
     the proxy would send may be fewer: the task's payload, compacted). Names no task, writes
     nothing."""
     return {"input_tokens": await proxy.count_tokens(body)}
+
+
+@task_router.post("/chat/completions")
+async def task_chat_completions(
+    uuid: TaskUUID,
+    request: Request,
+    proxy: ProxyDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body(description="An OpenAI chat completion request.")],
+) -> Response:
+    """/v1/chat/completions for the task of the URL (created from the request if there is none):
+    an agent's OpenAI base URL set to ``.../tasks/{uuid}/v1``."""
+    return _response(await proxy.forward("openai", body, _headers(request), principal, uuid))
+
+
+@task_router.post("/messages")
+async def task_messages(
+    uuid: TaskUUID,
+    request: Request,
+    proxy: ProxyDep,
+    principal: PrincipalDep,
+    body: Annotated[dict[str, Any], Body(description="An Anthropic Messages request.")],
+) -> Response:
+    """/v1/messages for the task of the URL (created from the request if there is none): an
+    agent's Anthropic base URL set to ``.../tasks/{uuid}``."""
+    return _response(await proxy.forward("anthropic", body, _headers(request), principal, uuid))
 
 
 @router.get("/models")
@@ -111,3 +137,19 @@ def _response(answer: ProxyAnswer) -> Response:
     return Response(
         answer.body, answer.status, headers=answer.headers, media_type=answer.media_type
     )
+
+
+@task_router.post("/messages/count_tokens")
+async def task_count_tokens(
+    uuid: TaskUUID,
+    proxy: ProxyDep,
+    body: Annotated[dict[str, Any], Body(description="An Anthropic Messages request.")],
+) -> dict[str, int]:
+    """/v1/messages/count_tokens under a task's base URL (the task must be one the key sees)."""
+    return await count_tokens(proxy, body)
+
+
+@task_router.get("/models")
+async def task_models(uuid: TaskUUID, proxy: ProxyDep) -> dict[str, Any]:
+    """/v1/models under a task's base URL (the task must be one the key sees)."""
+    return await models(proxy)

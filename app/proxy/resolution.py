@@ -1,7 +1,8 @@
 """Which task a proxied request belongs to, as its headers and body say, and the window of a
 model the service knows. Pure.
 
-In order: the header ``X-Context-Task: <uuid>``; else the task key headers
+In order: the task uuid in the base URL (``/tasks/{uuid}/v1/...``, for an agent that takes
+nothing but a base URL); else the header ``X-Context-Task: <uuid>``; else the task key headers
 (``X-Context-Task-Source``, ``-Owner``, ``-Repo``, ``-Type``, ``-Id``, with ``X-Context-User``)
 for an agent that cannot choose a uuid; else the body's own user field (OpenAI's ``user``,
 Anthropic's ``metadata.user_id``) when it holds a uuid. Nothing of these: the request is refused,
@@ -69,10 +70,13 @@ class TaskRef:
     user: str | None
 
 
-def task_ref(headers: Mapping[str, str], user_field: Any) -> TaskRef:
-    """The task a request names (headers by lower-case name); BadRequest when none."""
+def task_ref(headers: Mapping[str, str], user_field: Any, in_path: str | None = None) -> TaskRef:
+    """The task a request names (``in_path``: the uuid its URL gives; headers by lower-case
+    name); BadRequest when none."""
     user = headers.get(USER_HEADER) or None
     key = _key(headers)
+    if in_path is not None:
+        return TaskRef(uuid=in_path, key=key, user=user)
     named = headers.get(TASK_HEADER)
     if named is not None:
         return TaskRef(uuid=_uuid(named, TASK_HEADER), key=key, user=user)
@@ -81,7 +85,8 @@ def task_ref(headers: Mapping[str, str], user_field: Any) -> TaskRef:
     if isinstance(user_field, str) and _is_uuid(user_field):
         return TaskRef(uuid=str(uuid_module.UUID(user_field)), key=None, user=user)
     raise BadRequest(
-        "this request names no task: send the header X-Context-Task: <task uuid>, or the task "
+        "this request names no task: use the base URL .../tasks/<task uuid>/v1, or send the "
+        "header X-Context-Task: <task uuid>, or the task "
         "key headers X-Context-Task-Source, X-Context-Task-Owner, X-Context-Task-Repo, "
         "X-Context-Task-Type and X-Context-Task-Id (with X-Context-User), or put a task uuid "
         "in the body's user (OpenAI) or metadata.user_id (Anthropic)",

@@ -157,9 +157,10 @@ class ProxyService:
         body: dict[str, Any],
         headers: Mapping[str, str],
         principal: Principal,
+        task_in_path: str | None = None,
     ) -> ProxyAnswer:
-        """One proxied request (``headers`` by lower-case name), answered as the upstream
-        answered it."""
+        """One proxied request (``headers`` by lower-case name; ``task_in_path``: the task its
+        URL names), answered as the upstream answered it."""
         wire = WIRES[wire_name]
         backend = self.backends.get(wire_name)
         if backend is None:
@@ -170,7 +171,7 @@ class ProxyService:
                 details={"setting": f"PROXY__{wire_name.upper()}_BACKEND"},
             )
         conversation = wire.conversation(body)
-        ref = task_ref(headers, wire.task_uuid_field(body))
+        ref = task_ref(headers, wire.task_uuid_field(body), task_in_path)
         task_uuid = await self._resolve(ref, wire, body, conversation, headers, principal)
         async with self._locks(task_uuid):
             await self._sync(task_uuid, conversation.messages)

@@ -19,6 +19,12 @@ KEY_HEADERS = {
 KEY = TaskKey(task_source="github", owner="acme", repo="shop", task_type="issue", task_id="42")
 
 
+def test_the_uuid_in_the_url_comes_first() -> None:
+    other = "9a1f6b52-3c4d-4e5f-8a6b-7c8d9e0f1a2b"
+    headers = {"x-context-task": other, **KEY_HEADERS, "x-context-user": "ada"}
+    assert task_ref(headers, other, in_path=UUID) == TaskRef(UUID, KEY, "ada")
+
+
 @pytest.mark.parametrize(
     ("headers", "user_field", "expected"),
     [

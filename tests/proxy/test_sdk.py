@@ -324,3 +324,28 @@ def test_models_and_token_counts_through_the_sdks(servers: ServerPool, fake_llm:
     )
     assert 30 < counted.input_tokens < 200
     assert fake_llm.requests == []  # counted by the service, nothing sent upstream
+
+
+def test_an_agent_that_sets_only_a_base_url_names_its_task_in_it(
+    servers: ServerPool, fake_llm: FakeLLM
+) -> None:
+    """OPENAI_BASE_URL=.../tasks/<uuid>/v1, ANTHROPIC_BASE_URL=.../tasks/<uuid>: no header,
+    no code; the task is created by the first request and continued by the next."""
+    server = servers.start(env=proxy_env(fake_llm))
+    other = "9a1f6b52-3c4d-4e5f-8a6b-7c8d9e0f1a2b"
+    gpt = openai.OpenAI(base_url=f"{server.base_url}/tasks/{TASK}/v1", api_key="k", max_retries=0)
+    claude = anthropic.Anthropic(base_url=f"{server.base_url}/tasks/{other}", api_key="k")
+    script(fake_llm, 1)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Why is the total wrong?"}]
+    reply = openai_turn(gpt, messages, stream=True, headers={})
+    messages += [reply, *openai_results(reply)]
+    openai_turn(gpt, messages, stream=False, headers={})
+    anthropic_turn(claude, [{"role": "user", "content": "Hi"}], stream=False, headers={})
+    assert task_of(server)["statistics"]["llm_call_count"] == 2
+    assert task_of(server, other)["llm_provider"] == "anthropic"
+    assert (
+        claude.messages.count_tokens(
+            model="claude-sonnet-5-5", messages=[{"role": "user", "content": "Hi"}]
+        ).input_tokens
+        > 0
+    )
