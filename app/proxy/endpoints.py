@@ -17,7 +17,21 @@ ProxyDep = Annotated[ProxyService, service("proxy")]
 _RESPONSES = ERROR_RESPONSES | {
     400: {"description": "The request names no task (X-Context-Task or the task key headers)"},
     502: {"description": "The upstream LLM could not be reached"},
+    503: {"description": "No backend is configured for this wire, or the store is read-only"},
     504: {"description": "The upstream LLM did not answer in time"},
+}
+# What a proxied request answers: the upstream's answer as it came, whole or streamed; an
+# upstream's own error keeps its status and body.
+_ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The upstream LLM's answer, unchanged",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "text/event-stream": {"schema": {"type": "string"}},
+        },
+    },
+    "4XX": {"description": "The upstream's refusal, status and body as it gave them"},
+    "5XX": {"description": "The upstream's failure, status and body as it gave them"},
 }
 router = APIRouter(route_class=OrjsonRoute, prefix="/v1", tags=["proxy"], responses=_RESPONSES)
 # The same wires under a task's own base URL, for an agent that sets nothing but a base URL.
@@ -33,7 +47,7 @@ _TASK_HEADERS = (
 )
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", responses=_ANSWERS)
 async def chat_completions(
     request: Request,
     proxy: ProxyDep,
@@ -47,7 +61,7 @@ async def chat_completions(
     return _response(await proxy.forward("openai", body, _headers(request), principal))
 
 
-@router.post("/messages")
+@router.post("/messages", responses=_ANSWERS)
 async def messages(
     request: Request,
     proxy: ProxyDep,
@@ -70,7 +84,7 @@ async def count_tokens(
     return {"input_tokens": await proxy.count_tokens(body)}
 
 
-@task_router.post("/chat/completions")
+@task_router.post("/chat/completions", responses=_ANSWERS)
 async def task_chat_completions(
     uuid: TaskUUID,
     request: Request,
@@ -83,7 +97,7 @@ async def task_chat_completions(
     return _response(await proxy.forward("openai", body, _headers(request), principal, uuid))
 
 
-@task_router.post("/messages")
+@task_router.post("/messages", responses=_ANSWERS)
 async def task_messages(
     uuid: TaskUUID,
     request: Request,
