@@ -451,6 +451,19 @@ class LLMSettings(_Group):
         return self
 
 
+class ProxySettings(_Group):
+    """The OpenAI and Anthropic wire endpoints (app/proxy/): which configured chat backend each
+    forwards to, by name ("default" for LLM_BACKEND, or a name of LLM_BACKENDS). Unset: that
+    wire answers 503 ``proxy_not_configured``. A request never brings an upstream URL or key."""
+
+    openai_backend: str = Field(
+        "", description="Backend of kind openai that POST /v1/chat/completions forwards to."
+    )
+    anthropic_backend: str = Field(
+        "", description="Backend of kind anthropic that POST /v1/messages forwards to."
+    )
+
+
 # The flat environment names, each read into its group's field. A GROUP__FIELD name wins over
 # its flat one when both are set.
 LEGACY_ENV: dict[str, tuple[str, str]] = {
@@ -523,6 +536,8 @@ LEGACY_ENV: dict[str, tuple[str, str]] = {
     "LLM_RETRY_BACKOFF_MAX_S": ("llm", "retry_backoff_max_s"),
     "LLM_WINDOW": ("llm", "window"),
     "LLM_BACKENDS": ("llm", "backends"),
+    "PROXY_OPENAI_BACKEND": ("proxy", "openai_backend"),
+    "PROXY_ANTHROPIC_BACKEND": ("proxy", "anthropic_backend"),
 }
 GROUPS = frozenset(group for group, _ in LEGACY_ENV.values())
 
@@ -563,6 +578,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     threads: ThreadSettings = Field(default_factory=ThreadSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
 
     if not TYPE_CHECKING:  # for mypy, the pydantic plugin's __init__ with the fields' names
 
@@ -582,6 +598,26 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, EnvironmentSource(settings_cls)
+
+    @model_validator(mode="after")
+    def _check_proxy_backends(self) -> Self:
+        for wire, name in (
+            ("openai", self.proxy.openai_backend),
+            ("anthropic", self.proxy.anthropic_backend),
+        ):
+            if name and self.backend_kind(name) != wire:
+                raise ValueError(
+                    f"PROXY__{wire.upper()}_BACKEND names {name!r}, which is not a configured "
+                    f"backend of kind {wire} (LLM_BACKEND as 'default', or an LLM_BACKENDS entry)"
+                )
+        return self
+
+    def backend_kind(self, name: str) -> str | None:
+        """The kind of the configured chat backend ``name``; None when there is none so named."""
+        if name == DEFAULT_BACKEND:
+            return None if self.llm.backend == EXTRACTIVE else self.llm.backend
+        entry = self.llm.backends.get(name)
+        return None if entry is None else entry.kind
 
     @property
     def effective_database_url(self) -> str:

@@ -58,6 +58,7 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "not_found"
     OLDER_THAN_DAYS_REQUIRED = "older_than_days_required"
     OUT_OF_SCOPE = "out_of_scope"
+    PROXY_NOT_CONFIGURED = "proxy_not_configured"
     RESERVED_FIELD = "reserved_field"
     STORAGE_CORRUPT = "storage_corrupt"
     STORAGE_ERROR = "storage_error"
@@ -69,6 +70,7 @@ class ErrorCode(StrEnum):
     TASK_NOT_FINISHED = "task_not_finished"
     TASK_NOT_FOUND = "task_not_found"
     TASK_NOT_WRITABLE = "task_not_writable"
+    TASK_REQUIRED = "task_required"
     THREAD_DEPTH_EXCEEDED = "thread_depth_exceeded"
     THREAD_HAS_ACTIVE_CHILDREN = "thread_has_active_children"
     THREAD_NOT_ACTIVE = "thread_not_active"
@@ -80,6 +82,8 @@ class ErrorCode(StrEnum):
     UNKNOWN_TOOL_CALL = "unknown_tool_call"
     UNKNOWN_WEBHOOK = "unknown_webhook"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"
     VALIDATION_ERROR = "validation_error"
 
 
@@ -166,6 +170,34 @@ class InvalidJson(InvalidInput):
             code=ErrorCode.INVALID_JSON,
             details={"line": line, "column": column, "reason": reason},
         )
+
+
+class BadRequest(AppError):
+    status_code = 400
+    default_code = ErrorCode.BAD_REQUEST
+
+
+class Unavailable(AppError):
+    """Something the request needs is not there: a wire with no backend configured, an
+    upstream LLM that did not answer."""
+
+    status_code = 503
+    default_code = ErrorCode.PROXY_NOT_CONFIGURED
+
+
+class UpstreamUnavailable(AppError):
+    """The upstream LLM of a proxied request could not be reached (an answer, even an error,
+    is passed through as it came instead)."""
+
+    status_code = 502
+    default_code = ErrorCode.UPSTREAM_UNAVAILABLE
+
+
+class UpstreamTimeout(UpstreamUnavailable):
+    """The upstream LLM of a proxied request did not answer in time."""
+
+    status_code = 504
+    default_code = ErrorCode.UPSTREAM_TIMEOUT
 
 
 class StorageError(AppError):

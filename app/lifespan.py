@@ -26,6 +26,7 @@ from app.inheritance.service import InheritanceService
 from app.jobs.queue import JobQueue
 from app.jobs.runner import JobRunner
 from app.journals.service import JournalService
+from app.llm.http import HTTPBackend
 from app.llm.registry import build_backends
 from app.maintenance.periodic import start_periodic_checkpoint, start_periodic_cleanup
 from app.maintenance.service import MaintenanceService
@@ -33,6 +34,8 @@ from app.messages.service import MessageService
 from app.observability.metrics import Metrics
 from app.payloads.service import PayloadService
 from app.planning.service import PlanningService
+from app.proxy.service import ProxyService
+from app.proxy.wires import WireName
 from app.stats.service import StatsService
 from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks, process_locks
@@ -69,6 +72,7 @@ class Services:
     threads: ThreadService
     stats: StatsService
     maintenance: MaintenanceService
+    proxy: ProxyService
 
 
 def build_services(
@@ -150,13 +154,25 @@ def build_services(
         backoff_s=settings.job.backoff_s,
         concurrency=settings.job.concurrency,
     )
+    messages = MessageService(store, settings, metrics=metrics)
+    payloads = PayloadService(store, budgets, compaction)
+    wires: dict[WireName, str] = {
+        "openai": settings.proxy.openai_backend,
+        "anthropic": settings.proxy.anthropic_backend,
+    }
+    # Settings checked that each named backend exists with its wire's kind.
+    relays = {
+        wire: backend
+        for wire, name in wires.items()
+        if name and isinstance(backend := backends[name], HTTPBackend)
+    }
     return Services(
         settings=settings,
         db=db,
         store=store,
         tasks=tasks,
         task_creation=creation,
-        messages=MessageService(store, settings, metrics=metrics),
+        messages=messages,
         tools=journal(TOOLS, key="seq", time_field="timestamp"),
         planning=PlanningService(
             journal(PLANNING, key="id", time_field="created_at"),
@@ -169,12 +185,21 @@ def build_services(
         jobs=jobs,
         runner=runner,
         metrics=metrics,
-        payloads=PayloadService(store, budgets, compaction),
+        payloads=payloads,
         final_summaries=final_summaries,
         inheritance=inheritance,
         threads=ThreadService(store, trigger.after_append, jobs, settings),
         stats=StatsService(db, store.flush),
         maintenance=MaintenanceService(db, tasks, settings),
+        proxy=ProxyService(
+            store,
+            creation,
+            messages,
+            compaction,
+            payloads,
+            relays,
+            settings.compaction.default_context_length,
+        ),
     )
 
 

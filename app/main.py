@@ -24,6 +24,8 @@ from app.ops.endpoints import DOCS_URL, OPENAPI_URL, REDOC_URL, SUMMARY, VERSION
 from app.ops.endpoints import router as ops_router
 from app.payloads.endpoints import router as payloads_router
 from app.planning.endpoints import router as planning_router
+from app.proxy.endpoints import router as proxy_router
+from app.proxy.endpoints import task_router as task_proxy_router
 from app.stats.endpoints import router as stats_router
 from app.tasks.endpoints import router as tasks_router
 from app.threads.endpoints import router as threads_router
@@ -70,6 +72,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         threads_router,
         stats_router,
         maintenance_router,
+        proxy_router,
+        task_proxy_router,
     ):
         app.include_router(router, dependencies=[Depends(authenticate)])
     app.include_router(ops_router)  # health and the index need no key (PUBLIC_PATHS)

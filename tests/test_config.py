@@ -28,7 +28,14 @@ CASES: list[tuple[str, str, Any]] = [
     ("API_KEYS", AGENT_KEY, ["agent-1"]),  # a comma-separated list, not JSON
     ("STELIS_MAX_DEPTH", "5", 5),
     ("LLM_TIMEOUT_S", "12.5", 12.5),
+    ("PROXY_OPENAI_BACKEND", "gpt", "gpt"),
 ]
+# What a case's value needs set beside it to be valid.
+NEEDS: dict[str, dict[str, str]] = {
+    "PROXY_OPENAI_BACKEND": {
+        "LLM_BACKENDS": json.dumps({"gpt": {"kind": "openai", "model": "gpt-4o"}})
+    },
+}
 
 
 def nested(flat: str) -> str:
@@ -71,6 +78,8 @@ def test_the_flat_name_still_works(
     flat: str, raw: str, expected: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(flat, raw)
+    for name, value in NEEDS.get(flat, {}).items():
+        monkeypatch.setenv(name, value)
     assert read(Settings(), flat) == expected
 
 
@@ -79,6 +88,8 @@ def test_the_nested_name_works(
     flat: str, raw: str, expected: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(nested(flat), raw)
+    for name, value in NEEDS.get(flat, {}).items():
+        monkeypatch.setenv(name, value)
     assert read(Settings(), flat) == expected
 
 
@@ -181,3 +192,22 @@ def test_a_bad_variable_is_named_beside_arguments_of_its_group(
 def test_flat_or_unknown_arguments_are_refused(values: dict[str, Any]) -> None:
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         Settings(**values)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"PROXY__OPENAI_BACKEND": "nowhere"}, "'nowhere'"),
+        (
+            {"PROXY__ANTHROPIC_BACKEND": "default", "LLM_BACKEND": "openai", "LLM_MODEL": "m"},
+            "kind anthropic",
+        ),
+    ],
+)
+def test_a_proxy_backend_must_be_configured_and_of_its_wire_kind(
+    env: dict[str, str], named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError, match=named):
+        Settings()

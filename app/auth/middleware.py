@@ -15,8 +15,9 @@ PRINCIPAL = "principal"  # where the caller is kept in the request's state
 
 
 class AuthMiddleware:
-    """With keys configured, answers 401 unless ``Authorization: Bearer <key>`` names one; the
-    caller's principal goes into the request state for the routes' role and scope checks."""
+    """With keys configured, answers 401 unless ``Authorization: Bearer <key>`` or
+    ``x-api-key: <key>`` (what Anthropic's SDK sends) names one; the caller's principal goes
+    into the request state for the routes' role and scope checks."""
 
     def __init__(self, app: ASGIApp, keys: Mapping[str, ApiKeyConfig]) -> None:
         self.app = app
@@ -26,11 +27,15 @@ class AuthMiddleware:
         if scope["type"] != "http" or not self.keys or scope["path"] in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
-        given = [value for name, value in scope["headers"] if name == b"authorization"]
-        if len(given) > 1:  # which one counts would depend on who reads: refuse them all
-            await _unauthorized(send, "send one Authorization header")
+        bearer = [value for name, value in scope["headers"] if name == b"authorization"]
+        plain = [value for name, value in scope["headers"] if name == b"x-api-key"]
+        if len(bearer) + len(plain) > 1:  # which one counts would depend on who reads
+            await _unauthorized(send, "send one key: one Authorization or one x-api-key header")
             return
-        principal = self._principal(given[0] if given else b"")
+        if plain:
+            principal = self._identified(plain[0].decode("latin-1").strip())
+        else:
+            principal = self._principal(bearer[0] if bearer else b"")
         if isinstance(principal, str):
             await _unauthorized(send, principal)
             return
@@ -41,8 +46,13 @@ class AuthMiddleware:
         """The caller, or why there is none."""
         scheme, _, token = header.decode("latin-1").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return "an API key is needed: Authorization: Bearer <key>"
-        return identify(self.keys, token.strip()) or "the API key is not known"
+            return "an API key is needed: Authorization: Bearer <key> (or x-api-key: <key>)"
+        return self._identified(token.strip())
+
+    def _identified(self, token: str) -> Principal | str:
+        if not token:
+            return "an API key is needed: Authorization: Bearer <key> (or x-api-key: <key>)"
+        return identify(self.keys, token) or "the API key is not known"
 
 
 async def _unauthorized(send: Send, message: str) -> None:

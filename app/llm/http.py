@@ -13,9 +13,11 @@ import random
 import re
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
+import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from app.llm.base import BackendConfig, chat_messages
@@ -113,6 +115,64 @@ class HTTPBackend(ABC):
         )
         return text
 
+    async def relay(
+        self, body: dict[str, Any], headers: Mapping[str, str] | None = None
+    ) -> httpx.Response:
+        """POST ``body`` unchanged to this backend's endpoint with its own key (and ``headers``)
+        and return the answer open for streaming; the caller reads and closes it.
+
+        Attempts as :meth:`complete` makes them: timeouts, connection errors, 429 and 5xx are
+        retried with backoff. When the attempts are used up, the last answer (429, 5xx) is
+        returned as it came, for the caller to pass on; a timeout or a connection error raises
+        LLMTimeout or LLMUnavailable. The timeout bounds the wait for the answer's headers; a
+        streamed body is bounded per read.
+        """
+        content = orjson.dumps(body)
+        sent = self.headers() | dict(headers or {}) | {"content-type": "application/json"}
+        started = time.monotonic()
+        attempts, attempt = self.config.max_retries + 1, 0
+        while True:
+            attempt += 1
+            request = self._client.build_request(
+                "POST", self.url, content=content, headers=sent, timeout=self._timeout
+            )
+            error: LLMError
+            try:
+                async with asyncio.timeout(self.config.timeout_s):
+                    response = await self._client.send(request, stream=True)
+            except (TimeoutError, httpx.TimeoutException):
+                error = self._error(LLMTimeout, f"no answer within {self.config.timeout_s}s")
+            except httpx.TransportError as exc:
+                error = self._error(LLMUnavailable, f"{type(exc).__name__}: {exc}")
+            else:
+                status = response.status_code
+                if attempt == attempts or not (status in (408, 429) or status >= 500):
+                    if self.metrics is not None:
+                        self.metrics.llm_call(self.kind, time.monotonic() - started, None)
+                    return response
+                await response.aclose()
+                error = LLMUnavailable(
+                    f"HTTP {status}",
+                    backend=self.name,
+                    status_code=status,
+                    retry_after=_retry_after(response.headers),
+                )
+            if attempt == attempts:
+                error.attempts = attempts
+                if self.metrics is not None:
+                    self.metrics.llm_call(self.kind, time.monotonic() - started, error)
+                log.warning("%s: giving up: %s", self._label(), error)
+                raise error
+            wait = self._backoff(attempt, error)
+            log.warning(
+                "%s: attempt %d failed: %s; retrying in %.2fs",
+                self._label(),
+                attempt,
+                error,
+                wait,
+            )
+            await asyncio.sleep(wait)
+
     async def _attempt(self, body: dict[str, Any]) -> str:
         try:
             async with asyncio.timeout(self.config.timeout_s):
@@ -199,9 +259,14 @@ class HTTPBackend(ABC):
         return f"llm {self.name} ({self.kind} {self.model})"
 
     def _wait(self, state: RetryCallState) -> float:
-        cap = self.config.backoff_max_s
-        wait = min(cap, self.config.backoff_s * 2.0 ** (state.attempt_number - 1))
         error = state.outcome.exception() if state.outcome else None
+        return self._backoff(state.attempt_number, error)
+
+    def _backoff(self, attempt_number: int, error: BaseException | None) -> float:
+        """The wait after failed attempt ``attempt_number``: exponential, capped, a server's
+        Retry-After honoured up to the cap, with a little jitter."""
+        cap = self.config.backoff_max_s
+        wait = min(cap, self.config.backoff_s * 2.0 ** (attempt_number - 1))
         hint = error.retry_after if isinstance(error, LLMUnavailable) else None
         if hint is not None:
             wait = max(wait, min(hint, cap))

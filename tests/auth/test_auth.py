@@ -363,7 +363,8 @@ async def test_a_scoped_key_is_refused_views_across_tenants(context_dir: Path, n
         spanning = [
             (m, p)
             for m, p in schema_routes()
-            if not p.startswith("/tasks") and (m, p) not in OPEN_ROUTES
+            # The proxy's routes (/v1) work on the caller's own tasks (tests/proxy).
+            if not p.startswith(("/tasks", "/v1")) and (m, p) not in OPEN_ROUTES
         ]
         assert set(spanning) >= CROSS_TENANT
         answers = {
@@ -718,3 +719,25 @@ def test_a_name_given_twice_in_api_keys_is_refused(monkeypatch: pytest.MonkeyPat
     assert "API_KEYS names ['ci'] more than once" in str(refused.value)
     assert first not in str(refused.value)
     assert second not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"x-api-key": AGENT_KEY}, "200"),
+        ({"x-api-key": UNKNOWN_KEY}, UNAUTHORIZED),
+        ({"x-api-key": ""}, UNAUTHORIZED),
+        ({"x-api-key": AGENT_KEY, "Authorization": f"Bearer {AGENT_KEY}"}, UNAUTHORIZED),
+    ],
+    ids=["known", "unknown", "empty", "both_headers"],
+)
+async def test_a_key_may_come_as_x_api_key(
+    context_dir: Path, headers: dict[str, str], expected: str
+) -> None:
+    """Anthropic's SDK sends its key as x-api-key: it counts as a bearer key would; a request
+    with two keys is refused, whichever would have counted."""
+    async with running_app(keyed_settings(context_dir)) as client:
+        request = client.build_request("GET", "/tasks")
+        request.headers.pop("Authorization", None)
+        request.headers.update(headers)
+        assert outcome(await client.send(request)) == expected

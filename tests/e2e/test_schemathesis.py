@@ -20,6 +20,7 @@ that rebuilds it, so every operation sees the same world.
 """
 
 import hashlib
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from schemathesis.generation.meta import TestPhase
 from schemathesis.hooks import HookContext
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from tests.fakes.llm_server import running_fake_llm
 from tests.support.paths import REPO
 from tests.support.postgres import PostgresDatabases
 from tests.support.server import Server, server_of_its_own
@@ -272,10 +274,23 @@ def flatmap_case(context: HookContext, case: ApiCase) -> st.SearchStrategy[ApiCa
 def live(
     tmp_path_factory: pytest.TempPathFactory, postgres: PostgresDatabases | None
 ) -> Iterator[Server]:
-    """The module's server on its own database."""
-    env = {"API_KEYS": "", "ADMIN_API_KEYS": ADMIN_KEY}
-    with server_of_its_own(tmp_path_factory.mktemp("schemathesis"), postgres, env) as server:
-        yield server
+    """The module's server on its own database, its proxy endpoints forwarding to a fake LLM
+    (which answers what it can and refuses the rest with a 400, as a real one would)."""
+    with running_fake_llm() as fake:
+        backends = {
+            "gpt": {"kind": "openai", "base_url": fake.base_url, "model": "gpt-4o"},
+            "claude": {"kind": "anthropic", "base_url": fake.base_url, "model": "claude-x"},
+        }
+        env = {
+            "API_KEYS": "",
+            "ADMIN_API_KEYS": ADMIN_KEY,
+            "LLM_BACKENDS": json.dumps(backends),
+            "PROXY__OPENAI_BACKEND": "gpt",
+            "PROXY__ANTHROPIC_BACKEND": "claude",
+        }
+        root = tmp_path_factory.mktemp("schemathesis")
+        with server_of_its_own(root, postgres, env) as server:
+            yield server
 
 
 @pytest.fixture(scope="module")

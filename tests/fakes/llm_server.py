@@ -4,12 +4,18 @@
     POST /api/chat              Ollama (stream false) -> message.content
     POST /v1/messages           Anthropic Messages -> content[] blocks of type "text"
 
+OpenAI's and Anthropic's paths also stream (``"stream": true``): the same answer as server-sent
+events in the format's own shape (OpenAI's chunks, then the usage chunk when
+``stream_options.include_usage`` asks for it, then ``[DONE]``; Anthropic's message_start,
+content block events, message_delta with the usage, message_stop), texts and tool arguments
+cut into several deltas.
+
 It runs uvicorn in a background thread on a port the OS picked. Its behaviour is set on the
 :class:`FakeLLM` the ``fake_llm`` fixture yields, and applies to every path:
 
     ok       200 with ``text`` in the format of the path (or ``reply`` verbatim, when set);
              a request a real server would refuse (no model, no messages, a system turn
-             or no max_tokens for Anthropic, streaming) gets 400 instead
+             or no max_tokens for Anthropic, streaming to Ollama) gets 400 instead
     error    ``fail_status`` (500) with the format's error JSON (+ Retry-After if ``retry_after``)
     flaky    ``failures`` times as "error", then as "ok"
     reject   400 with the format's error JSON
@@ -34,14 +40,14 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.threaded import serve_in_thread
@@ -171,7 +177,15 @@ class FakeLLM:
             return JSONResponse(self.reply)
         if turn is None:
             turn = "" if behaviour == "empty" else self.text
-        return JSONResponse(_ok(path, str(body.get("model")), turn, answered))
+        answer = answer_of(path, str(body.get("model")), turn, answered)
+        if body.get("stream") is True:
+            options = body.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            events = (
+                openai_events(answer, usage) if path == OPENAI_PATH else anthropic_events(answer)
+            )
+            return StreamingResponse(_sent(events), media_type="text/event-stream")
+        return JSONResponse(answer)
 
     async def _sleep(self, seconds: float, generation: int) -> None:
         """Sleep up to ``seconds``, waking as soon as the server stops or is reset."""
@@ -188,8 +202,8 @@ def _invalid(path: str, body: Any) -> str | None:
         return "body is not a JSON object"
     if not body.get("model") or not isinstance(body.get("messages"), list) or not body["messages"]:
         return "model and messages are required"
-    if body.get("stream"):
-        return "this fake does not stream"
+    if body.get("stream") and path == OLLAMA_PATH:
+        return "this fake does not stream Ollama's answers"
     if path == ANTHROPIC_PATH:
         if not isinstance(body.get("max_tokens"), int):
             return "max_tokens: field required"
@@ -202,7 +216,7 @@ def _invalid(path: str, body: Any) -> str | None:
     return None
 
 
-def _ok(path: str, model: str, turn: Turn, number: int) -> dict[str, Any]:
+def answer_of(path: str, model: str, turn: Turn, number: int) -> dict[str, Any]:
     """A 200 answer in the path's format: the text, or the tool call (its id from ``number``)."""
     if path == OPENAI_PATH:
         message: dict[str, Any] = {"role": "assistant", "content": turn, "refusal": None}
@@ -253,6 +267,72 @@ def _ok(path: str, model: str, turn: Turn, number: int) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": {"input_tokens": 10, "output_tokens": 5},
     }
+
+
+def _pieces(text: str, size: int = 7) -> list[str]:
+    """A text cut as a stream delivers it, in several deltas."""
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def openai_events(answer: dict[str, Any], usage: bool) -> list[bytes]:
+    """A chat completion as OpenAI streams it: chunks of deltas, [DONE] last."""
+    choice = answer["choices"][0]
+    message = choice["message"]
+    head = {k: answer[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    for piece in _pieces(message["content"]) if message["content"] else ():
+        chunks.append(chunk({"content": piece}))
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        opening = {"index": index, "id": call["id"], "type": "function"}
+        opening["function"] = {"name": function["name"], "arguments": ""}
+        chunks.append(chunk({"tool_calls": [opening]}))
+        for piece in _pieces(function["arguments"]):
+            chunks.append(
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            )
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if usage:
+        chunks.append(head | {"choices": [], "usage": answer["usage"]})
+    return [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
+
+
+def anthropic_events(answer: dict[str, Any]) -> list[bytes]:
+    """A message as Anthropic streams it: message_start, each block's start, deltas and stop,
+    message_delta (the stop reason, the output tokens), message_stop."""
+    usage = answer["usage"]
+    start = answer | {"content": [], "stop_reason": None}
+    start["usage"] = {"input_tokens": usage["input_tokens"], "output_tokens": 1}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+    for index, block in enumerate(answer["content"]):
+        if block["type"] == "text":
+            opening: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+        else:
+            opening = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": p}
+                for p in _pieces(json.dumps(block["input"]))
+            ]
+        events.append({"type": "content_block_start", "index": index, "content_block": opening})
+        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+        events.append({"type": "content_block_stop", "index": index})
+    stop = {"stop_reason": answer["stop_reason"], "stop_sequence": None}
+    events.append(
+        {"type": "message_delta", "delta": stop, "usage": {"output_tokens": usage["output_tokens"]}}
+    )
+    events.append({"type": "message_stop"})
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+
+
+async def _sent(events: list[bytes]) -> AsyncIterator[bytes]:
+    for event in events:
+        yield event
+        await asyncio.sleep(0)  # each event its own write, as a real stream sends them
 
 
 def _error(
