@@ -27,7 +27,6 @@ from app.compaction.service import CompactionService
 from app.context.effective import is_marker
 from app.context.files import active_plan
 from app.context.store import ContextStore
-from app.db.models import Task
 from app.errors import (
     AppError,
     ErrorCode,
@@ -57,7 +56,7 @@ from app.proxy.wires import WIRES, Conversation, Wire, WireName
 from app.storage.jsonl import iter_lines
 from app.task_key import TaskKey
 from app.tasks.creation import TaskCreation
-from app.tasks.repository import running_siblings
+from app.tasks.repository import running_siblings, task_exists
 from app.tasks.schemas import TaskCreate
 
 __all__ = ["ProxyAnswer", "ProxyService"]
@@ -225,7 +224,7 @@ class ProxyService:
         """The uuid of the task the request names, created from the request if there is none."""
         if ref.uuid is not None:
             async with self.store.db.reader() as session:
-                exists = await session.get(Task, ref.uuid) is not None
+                exists = await task_exists(session, ref.uuid)
             if exists:
                 await require_visible(self.store.db, ref.uuid, principal)
                 return ref.uuid

@@ -79,6 +79,11 @@ async def running_siblings(
     return (int(rows[0][1]) if rows else 0), [str(uuid) for uuid, _ in rows]
 
 
+async def task_exists(session: AsyncSession, task_uuid: str) -> bool:
+    found = await session.scalar(select(Task.uuid).where(Task.uuid == task_uuid))
+    return found is not None
+
+
 async def count_by_status(session: AsyncSession) -> dict[str, int]:
     rows = await session.execute(select(Task.status, func.count()).group_by(Task.status))
     return {str(status): int(n) for status, n in rows}
