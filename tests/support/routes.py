@@ -43,6 +43,12 @@ def task_routes() -> list[Route]:
     return [(m, p) for m, p in schema_routes() if p.startswith("/tasks/{uuid}")]
 
 
+def creates_its_task(path: str) -> bool:
+    """A proxy route under a task's own base URL: a uuid of no task is the task its first
+    request creates, not a 404 (``/v1/models`` needs no task at all)."""
+    return path.startswith("/tasks/{uuid}/v1/")
+
+
 def outcome(response: httpx.Response) -> str:
     """ "<status>" for a success, "<status> <code>" for an error (checked to be in the one error
     shape), with "[<WWW-Authenticate>]" after a 401."""
