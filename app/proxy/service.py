@@ -343,27 +343,38 @@ class ProxyService:
         self, task_uuid: str, wire: Wire, body: Mapping[str, Any], response: httpx.Response
     ) -> AsyncIterator[bytes]:
         """The upstream's events passed on as they come; the answer they make up recorded
-        once the stream has ended."""
+        once the stream has ended, before the agent gets the event that ends it (an SDK's
+        stream ends there: the agent's next request then finds the answer recorded, with its
+        usage, and does not bring it first, without)."""
         asked = body.get("stream_options")
         keep_usage = isinstance(asked, dict) and asked.get("include_usage") is True
         events: OpenAIStream | AnthropicStream = (
             OpenAIStream(keep_usage=keep_usage) if wire.name == "openai" else AnthropicStream()
         )
         splitter = EventSplitter()
+        held: list[bytes] = []  # the ending event, and any after it
         try:
             async for chunk in response.aiter_bytes():
-                passed = [event for event in splitter.feed(chunk) if events.take(event)]
+                passed: list[bytes] = []
+                for event in splitter.feed(chunk):
+                    if events.take(event):
+                        (held if events.done else passed).append(event)
                 if passed:
                     yield b"".join(passed)
             rest = splitter.rest()
             if rest and events.take(rest):
-                yield rest
+                if events.done:
+                    held.append(rest)
+                else:
+                    yield rest
         finally:
             await response.aclose()
         if events.done:
             await self._store_reply(task_uuid, wire.reply(events.answer()))
         else:
             log.warning("task %s: the upstream stream ended early; nothing recorded", task_uuid)
+        if held:
+            yield b"".join(held)
 
     async def _record(self, task_uuid: str, wire: Wire, raw: bytes) -> None:
         try:

@@ -349,3 +349,27 @@ def test_an_agent_that_sets_only_a_base_url_names_its_task_in_it(
         ).input_tokens
         > 0
     )
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_a_streamed_answer_is_recorded_before_its_stream_ends(
+    servers: ServerPool, fake_llm: FakeLLM, wire: str
+) -> None:
+    """The event that ends a stream (an SDK's stream ends there) comes after the recording:
+    an agent that asks at once, on another connection, finds the call counted."""
+    server = servers.start(env=proxy_env(fake_llm))
+    fake_llm.set("ok", script=["Done."] * 5)
+    path = "/v1/chat/completions" if wire == "openai" else "/v1/messages"
+    ending = b"data: [DONE]" if wire == "openai" else b"event: message_stop"
+    for turn in range(1, 6):
+        body = {"model": "m", "max_tokens": 50, "stream": True}
+        body["messages"] = [{"role": "user", "content": f"Question {turn}"}]
+        with httpx.Client(base_url=server.base_url, headers=HEADERS, timeout=30) as http:
+            with http.stream("POST", path, json=body) as answer:
+                assert answer.status_code == 200
+                seen = b""
+                for chunk in answer.iter_bytes():
+                    seen += chunk
+                    if ending in seen:
+                        break
+            assert task_of(server)["statistics"]["llm_call_count"] == turn
