@@ -39,6 +39,7 @@ class WriteBehind:
         self.every_s = every_s
         self._on_written = on_written
         self._flusher: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
 
     def start(self) -> None:
         """Have what is pending written in rounds (something was just added)."""
@@ -46,8 +47,12 @@ class WriteBehind:
             self._flusher = asyncio.create_task(self._flush_while_pending())
 
     async def _flush_while_pending(self) -> None:
-        while len(self.pending):
-            await asyncio.sleep(self.every_s)
+        while len(self.pending) and not self._closing.is_set():
+            with suppress(TimeoutError):
+                async with asyncio.timeout(self.every_s):
+                    await self._closing.wait()
+            if self._closing.is_set():
+                return
             try:
                 await self.flush(wait=False)
             except (InsufficientStorage, StorageUnavailable) as exc:
@@ -114,11 +119,13 @@ class WriteBehind:
         self.pending.take_tasks({task_uuid})
 
     async def close(self) -> None:
-        """Stop the rounds, the pending heads written."""
+        """Stop the rounds, the pending heads written. A round under way is let finish, not
+        cancelled: a cancellation in the middle of its SQLite transaction can leave the
+        connection holding the write lock until it is collected, and the last flush below
+        would wait out the busy timeout behind it."""
+        self._closing.set()
         if self._flusher is not None:
-            self._flusher.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._flusher
+            await self._flusher
         await self.flush()  # what it cannot write, the next start adopts from the files
 
 
