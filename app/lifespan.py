@@ -46,6 +46,7 @@ from app.tasks.service import TaskService
 from app.threads.chronicle import KIND as CHRONICLE
 from app.threads.chronicle import ChronicleWriter
 from app.threads.service import ThreadService
+from app.ui.pages import OpsPages
 from app.webhooks.service import WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class Services:
     stats: StatsService
     maintenance: MaintenanceService
     proxy: ProxyService
+    ui: OpsPages
 
 
 def build_services(
@@ -156,6 +158,9 @@ def build_services(
     )
     messages = MessageService(store, settings, metrics=metrics)
     payloads = PayloadService(store, budgets, compaction)
+    summaries = journal(SUMMARIES, key="id", time_field="created_at")
+    threads = ThreadService(store, trigger.after_append, jobs, settings)
+    stats = StatsService(db, store.flush)
     wires: dict[WireName, str] = {
         "openai": settings.proxy.openai_backend,
         "anthropic": settings.proxy.anthropic_backend,
@@ -180,7 +185,7 @@ def build_services(
             budgets,
             trigger.if_crossed,
         ),
-        summaries=journal(SUMMARIES, key="id", time_field="created_at"),
+        summaries=summaries,
         compaction=compaction,
         jobs=jobs,
         runner=runner,
@@ -188,8 +193,8 @@ def build_services(
         payloads=payloads,
         final_summaries=final_summaries,
         inheritance=inheritance,
-        threads=ThreadService(store, trigger.after_append, jobs, settings),
-        stats=StatsService(db, store.flush),
+        threads=threads,
+        stats=stats,
         maintenance=MaintenanceService(db, tasks, settings),
         proxy=ProxyService(
             store,
@@ -199,6 +204,17 @@ def build_services(
             payloads,
             relays,
             settings.compaction.default_context_length,
+        ),
+        ui=OpsPages(
+            tasks=tasks,
+            store=store,
+            budgets=budgets,
+            messages=messages,
+            summaries=summaries,
+            jobs=jobs,
+            threads=threads,
+            stats=stats,
+            final_summaries=final_summaries,
         ),
     )
 

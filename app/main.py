@@ -5,6 +5,7 @@ from functools import partial
 
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
+from starlette.staticfiles import StaticFiles
 
 from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware, NulQueryMiddleware
@@ -30,6 +31,9 @@ from app.stats.endpoints import router as stats_router
 from app.tasks.endpoints import router as tasks_router
 from app.threads.endpoints import router as threads_router
 from app.tools.endpoints import router as tools_router
+from app.ui.endpoints import STATIC_DIR
+from app.ui.endpoints import login_router as ui_login_router
+from app.ui.endpoints import router as ui_router
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -77,6 +81,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         app.include_router(router, dependencies=[Depends(authenticate)])
     app.include_router(ops_router)  # health and the index need no key (PUBLIC_PATHS)
+    # The ops page: its pages need an admin key (or its session cookie), its login form none.
+    app.include_router(ui_router)
+    app.include_router(ui_login_router)
+    app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     return app
 
 

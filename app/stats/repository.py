@@ -3,7 +3,9 @@
 1. per status: count, token sum and mean, call sums, mean duration;
 2. per user and status: count;
 3. running tasks, newest started first, limited;
-4. the latest failures with their errors.
+4. the latest failures with their errors;
+
+and, for the ops page's charts, the same figures per hour or day of created_at.
 
 These are the queries the original design's operators ran on its SQLite file by hand.
 """
@@ -11,11 +13,20 @@ These are the queries the original design's operators ran on its SQLite file by 
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, Select, case, func, select
 
 from app.db.models import Task
-from app.stats.schemas import FAILURES_LIMIT, RUNNING_LIMIT, StatsFilters
-from app.stats.sql import HALF, NARROW, QUARTER, estimated, scanned, seconds_between
+from app.stats.schemas import FAILURES_LIMIT, RUNNING_LIMIT, Bucket, StatsFilters
+from app.stats.sql import (
+    HALF,
+    NARROW,
+    QUARTER,
+    day_of,
+    estimated,
+    hour_of,
+    scanned,
+    seconds_between,
+)
 
 KEY_COLUMNS = (Task.task_source, Task.owner, Task.repo, Task.task_type, Task.task_id)
 
@@ -90,3 +101,23 @@ def build_queries(filters: StatsFilters, running_limit: int = RUNNING_LIMIT) -> 
         .limit(FAILURES_LIMIT)
     )
     return StatsQueries(by_status, by_user, running, failures)
+
+
+def series_query(filters: StatsFilters, bucket: Bucket) -> AnySelect:
+    """Tasks created, their tokens, compactions and failures per ``bucket`` of created_at:
+    one pass over the tasks the filters select (a time bound reads the created_at index)."""
+    slot = (hour_of if bucket == "hour" else day_of)(Task.created_at)
+    return (
+        select(
+            slot.label("slot"),
+            func.count().label("tasks"),
+            func.coalesce(func.sum(Task.total_tokens), 0).label("tokens"),
+            func.coalesce(func.sum(Task.compression_count), 0).label("compactions"),
+            func.coalesce(func.sum(case((Task.status == "failed", 1), else_=0)), 0).label(
+                "failures"
+            ),
+        )
+        .where(*_conditions(filters))
+        .group_by(slot)
+        .order_by(slot)
+    )

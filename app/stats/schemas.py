@@ -1,6 +1,7 @@
 """The /stats filters and answer."""
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -9,6 +10,8 @@ from app.task_key import TaskKey
 
 RUNNING_LIMIT = 100  # running tasks listed by default (the total is always given)
 FAILURES_LIMIT = 10
+
+Bucket = Literal["hour", "day"]  # the slots of a time series
 
 
 class StatsFilters(BaseModel):
@@ -118,3 +121,13 @@ class StatsOut(BaseModel):
     )
     tokens: TokenTotals
     calls: CallTotals = Field(description="Sums over every task in the filter.")
+
+
+class SeriesPoint(BaseModel):
+    """One slot of a time series: the tasks created in [start, start + bucket)."""
+
+    start: datetime
+    tasks: int
+    tokens: int
+    compactions: int
+    failures: int = Field(description="Of the tasks created in the slot, those that failed.")

@@ -5,17 +5,20 @@ and Python only reshapes the few group rows here.
 """
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any, get_args
 
 from app.db.engine import Database
 from app.lifecycle import TaskStatus
-from app.stats.repository import build_queries
+from app.stats.repository import build_queries, series_query
 from app.stats.schemas import (
     RUNNING_LIMIT,
+    Bucket,
     CallTotals,
     Failure,
     RunningTask,
     RunningTasks,
+    SeriesPoint,
     StatsFilters,
     StatsOut,
     StatusCounts,
@@ -26,6 +29,18 @@ from app.stats.schemas import (
 from app.task_key import TaskKey
 
 STATUSES: tuple[str, ...] = get_args(TaskStatus)
+# How long a slot is, and how the database names one (app/stats/sql.py: day_of, hour_of).
+SLOTS: dict[Bucket, tuple[timedelta, str]] = {
+    "hour": (timedelta(hours=1), "%Y-%m-%dT%H"),
+    "day": (timedelta(days=1), "%Y-%m-%d"),
+}
+MAX_SLOTS = 2000  # a longer series keeps its newest slots: a chart shows no more
+
+
+def slot_start(moment: datetime, bucket: Bucket) -> datetime:
+    """The start of the slot holding ``moment`` (UTC)."""
+    start = moment.replace(minute=0, second=0, microsecond=0)
+    return start.replace(hour=0) if bucket == "day" else start
 
 
 def _key(row: Any) -> TaskKey:
@@ -115,3 +130,31 @@ class StatsService:
                 compressions=sum(int(row.compressions) for row in groups.values()),
             ),
         )
+
+    async def series(
+        self, since: datetime, until: datetime, bucket: Bucket, filters: StatsFilters
+    ) -> list[SeriesPoint]:
+        """Per slot of ``bucket`` from since's to until's (``filters`` narrowing the tasks):
+        tasks created, their tokens, compactions and failures; empty slots as zeros."""
+        step, pattern = SLOTS[bucket]
+        last = slot_start(until, bucket)
+        first = max(slot_start(since, bucket), last - (MAX_SLOTS - 1) * step)
+        bounded = filters.model_copy(update={"since": first, "until": last + step})
+        await self.flush_pending()
+        async with self.db.reader() as session:
+            rows = {row.slot: row for row in await session.execute(series_query(bounded, bucket))}
+        points = []
+        start = first
+        while start <= last:
+            row = rows.get(start.strftime(pattern))
+            points.append(
+                SeriesPoint(
+                    start=start,
+                    tasks=int(row.tasks) if row else 0,
+                    tokens=int(row.tokens) if row else 0,
+                    compactions=int(row.compactions) if row else 0,
+                    failures=int(row.failures) if row else 0,
+                )
+            )
+            start += step
+        return points

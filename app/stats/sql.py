@@ -78,3 +78,39 @@ def _scanned_sqlite(element: scanned, compiler: SQLCompiler, **kw: Any) -> str:
 @compiles(scanned)
 def _scanned_default(element: scanned, compiler: SQLCompiler, **kw: Any) -> str:
     return compiler.process(element.clauses, **kw)
+
+
+class day_of(FunctionElement[str]):
+    """day_of(timestamp): its UTC day as text, "YYYY-MM-DD" (a bucket of a time series)."""
+
+    type = String()
+    inherit_cache = True
+
+
+class hour_of(FunctionElement[str]):
+    """hour_of(timestamp): its UTC hour as text, "YYYY-MM-DDTHH"."""
+
+    type = String()
+    inherit_cache = True
+
+
+@compiles(day_of, "sqlite")
+def _day_sqlite(element: day_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"strftime('%Y-%m-%d', {compiler.process(element.clauses, **kw)})"
+
+
+@compiles(day_of)
+def _day_default(element: day_of, compiler: SQLCompiler, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+
+
+@compiles(hour_of, "sqlite")
+def _hour_sqlite(element: hour_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"strftime('%Y-%m-%dT%H', {compiler.process(element.clauses, **kw)})"
+
+
+@compiles(hour_of)
+def _hour_default(element: hour_of, compiler: SQLCompiler, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24')"

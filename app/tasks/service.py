@@ -58,6 +58,11 @@ class TaskService:
         async with self.db.reader() as session:
             return await repository.list_tasks(session, **query)
 
+    async def count_by_status(self) -> dict[str, int]:
+        """How many tasks have each status (one grouped read of the status index)."""
+        async with self.db.reader() as session:
+            return await repository.count_by_status(session)
+
     # -- lifecycle ------------------------------------------------------------------------
 
     async def transition(

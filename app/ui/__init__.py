@@ -1,0 +1,1 @@
+"""The ops page (/ui): server-rendered HTML over the services the JSON API uses, read-only."""
