@@ -56,8 +56,6 @@ async def plain_tasks(client: httpx.AsyncClient, count: int, **overrides: Any) -
     first."""
     uuids = []
     for number in range(count):
-        created = await create_task(
-            client, task_key=key(task_id=f"plain-{number}"), **overrides
-        )
+        created = await create_task(client, task_key=key(task_id=f"plain-{number}"), **overrides)
         uuids.append(created["uuid"])
     return uuids

@@ -9,7 +9,7 @@ import httpx
 from app.ui.pages import MESSAGES_PER_PAGE, TASKS_PER_PAGE
 from tests.support.errors import assert_error
 from tests.support.tasks import append, new_task
-from tests.support.ui import compactions, compacted_task, plain_tasks
+from tests.support.ui import compacted_task, compactions, plain_tasks
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 
@@ -67,7 +67,7 @@ async def test_a_compacted_task_shows_its_window_and_timeline(client: httpx.Asyn
     rows = re.findall(r'<tr class="compaction tier-(\w+)">', page)
     assert rows == [r["kind"] for r in records]
     first = records[0]
-    assert f"<td>{first['start_seq']}–{first['end_seq']}</td>" in page
+    assert f"<td>{first['start_seq']} to {first['end_seq']}</td>" in page
     assert f'<td class="num">{first["original_tokens"]:,}</td>' in page
     # The picture: a bar per message of the context, the masked ones marked, the two lines.
     context = (await client.get(f"/tasks/{uuid}/context")).json()
@@ -75,7 +75,8 @@ async def test_a_compacted_task_shows_its_window_and_timeline(client: httpx.Asyn
     assert len(bars) == context["message_count"]
     kinds = {kind for _, kind in bars}
     assert kinds & {"masked", "summarised"}, kinds
-    assert '<line class="budget"' in page and '<line class="threshold"' in page
+    assert '<line class="budget"' in page
+    assert '<line class="threshold"' in page
     assert f"budget {context['budget']:,}, compaction threshold {context['threshold']:,}" in page
 
 
@@ -86,7 +87,8 @@ async def test_the_history_reads_a_page_of_messages_from_any_seq(
     await append(client, uuid, *({"role": "user", "content": f"note {i}"} for i in range(30)))
     response = await client.get(f"/ui/tasks/{uuid}/history", params={"after_seq": 5})
     assert response.status_code == 200
-    seqs = [int(s) for s in re.findall(r'<article class="message [^"]*" id="seq-(\d+)">', response.text)]
+    articles = re.findall(r'<article class="message [^"]*" id="seq-(\d+)">', response.text)
+    seqs = [int(seq) for seq in articles]
     assert seqs == list(range(6, 6 + MESSAGES_PER_PAGE))
     assert "<pre>note 4</pre>" in response.text  # seq 6: the fifth note after the system prompt
     assert 'id="next-messages"' in response.text
