@@ -28,6 +28,7 @@ BENCHMARKS = (
     "retention",
     "startup",
     "stats_queries",
+    "ui_pages",
     "proxy",
 )
 

@@ -2,14 +2,16 @@
 the JSON API says, filters and paginates; bad input is the API's error."""
 
 import re
-from html import unescape
+from html import escape, unescape
 
 import httpx
 
 from app.ui.pages import MESSAGES_PER_PAGE, TASKS_PER_PAGE
 from tests.support.errors import assert_error
-from tests.support.tasks import append, new_task
+from tests.support.tasks import append, create_task, new_task, run_and_finish
+from tests.support.threads import scene
 from tests.support.ui import compacted_task, compactions, plain_tasks
+from tests.support.waits import final_summary
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 
@@ -132,3 +134,38 @@ async def test_the_assets_are_served_from_the_package(client: httpx.AsyncClient)
     assert css.headers["content-type"].startswith("text/css")
     assert "javascript" in script.headers["content-type"]
     assert "http" not in (await client.get("/ui")).text.split("<main>")[0]  # no CDN
+
+
+async def test_a_thread_is_drawn_and_the_tree_shows_it(client: httpx.AsyncClient) -> None:
+    uuid, thread_id = await scene(client, label="investigate parser")
+    page = (await client.get(f"/ui/tasks/{uuid}")).text
+    assert "<em>investigate parser</em>" in page
+    assert 'class="bar role-system kind-anchor"' in page  # the thread's anchor in its parent
+    own = await client.get(f"/ui/tasks/{uuid}", params={"thread_id": thread_id})
+    assert own.status_code == 200
+    bars = re.findall(r'<rect class="bar role-(\w+) kind-message"', own.text)
+    assert bars == ["user", "assistant"]
+    assert_error(
+        await client.get(f"/ui/tasks/{uuid}", params={"thread_id": 99}), 404, "thread_not_found"
+    )
+
+
+async def test_a_finished_run_and_its_successor(client: httpx.AsyncClient) -> None:
+    failed = await run_and_finish(client, "fail")
+    summary = (await final_summary(client, failed["uuid"]))["summary"]
+    page = (await client.get(f"/ui/tasks/{failed['uuid']}")).text
+    assert f'<pre class="summary">{escape(summary, quote=False)}</pre>' in page
+    assert "tests failed: test_empty_input" in page
+    successor = await create_task(client, system_prompt="You are a coding agent.")
+    page = (await client.get(f"/ui/tasks/{successor['uuid']}")).text
+    assert f'<a href="/ui/tasks/{failed["uuid"]}" class="mono">' in page
+    assert "final_summary" in page
+
+
+async def test_what_agents_posted_is_shown_as_text(client: httpx.AsyncClient) -> None:
+    uuid = await new_task(client)
+    await append(client, uuid, {"role": "user", "content": "<script>alert(1)</script>"})
+    for path in (f"/ui/tasks/{uuid}", f"/ui/tasks/{uuid}/history"):
+        page = (await client.get(path)).text
+        assert "<script>alert" not in page
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
