@@ -38,7 +38,7 @@ from app.formats import native_format
 from app.formats.costs import FormatTokens, TokenCosts, in_format
 from app.formats.parts import content_text, stand_in
 from app.llm.errors import LLMError
-from app.observability.metrics import Metrics, timed_compaction
+from app.observability.metrics import Metrics, compaction_ms, timed_compaction
 from app.planning.items import latest_items
 from app.storage.jsonl import iter_lines
 from app.storage.layout import PLANNING
@@ -856,7 +856,7 @@ def summary_fields(
     """A summaries.jsonl record: what a compaction of ``kind`` did over ``seqs``, its token
     figures as ``fmt`` renders the context (``counted_as``)."""
     now = utc_timestamp()
-    return {
+    record: SummaryRecord = {
         "kind": kind,
         "start_seq": seqs[0],
         "end_seq": seqs[1],
@@ -871,6 +871,10 @@ def summary_fields(
         "created_at": now,
         "timestamp": now,
     }
+    took = compaction_ms()
+    if took is not None:  # the summariser's call included; the files' final write not
+        record["duration_ms"] = took
+    return record
 
 
 def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:

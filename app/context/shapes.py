@@ -66,5 +66,6 @@ class SummaryRecord(TypedDict):
     created_at: str
     timestamp: str
     masked_seqs: NotRequired[list[int]]  # a mask's
+    duration_ms: NotRequired[float]  # from the compaction's start to this record
     id: NotRequired[int]  # given when appended
     marker_seq: NotRequired[int]

@@ -10,6 +10,7 @@ workers, each process counts its own requests: a scrape sees the worker that ans
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -149,23 +150,36 @@ P = ParamSpec("P")
 OutcomeT = TypeVar("OutcomeT", bound=_Outcome)
 
 
+# When the innermost compaction running in this task started (time.perf_counter()): its
+# summaries.jsonl record says how long it took (compaction_ms).
+COMPACTION_STARTED: ContextVar[float | None] = ContextVar("compaction_started", default=None)
+
+
+def compaction_ms() -> float | None:
+    """Milliseconds since the running compaction started; None outside one."""
+    started = COMPACTION_STARTED.get()
+    return None if started is None else round((time.perf_counter() - started) * 1000, 1)
+
+
 def timed_compaction(
     method: Callable[Concatenate[S, P], Awaitable[OutcomeT]],
 ) -> Callable[Concatenate[S, P], Awaitable[OutcomeT]]:
     """Count and time a compaction method by its outcome's kind ("failed" when it raises or
-    is cancelled, e.g. a condense past the /request deadline)."""
+    is cancelled, e.g. a condense past the /request deadline), and mark its start for
+    :func:`compaction_ms`."""
 
     @functools.wraps(method)
     async def timed(self: S, /, *args: P.args, **kwargs: P.kwargs) -> OutcomeT:
-        if self.metrics is None:
-            return await method(self, *args, **kwargs)
         started = time.perf_counter()
+        token = COMPACTION_STARTED.set(started)
         kind = "failed"
         try:
             outcome = await method(self, *args, **kwargs)
             kind = outcome.kind
             return outcome
         finally:
-            self.metrics.compaction(kind, time.perf_counter() - started)
+            COMPACTION_STARTED.reset(token)
+            if self.metrics is not None:
+                self.metrics.compaction(kind, time.perf_counter() - started)
 
     return timed

@@ -173,6 +173,7 @@ async def test_condense_replaces_the_middle_with_one_summary(
     assert record["tokens_saved"] == original - marker["tokens"]
     assert record["summarizer"] == "extractive"
     assert record["marker_seq"] == 23
+    assert record["duration_ms"] >= 0  # how long it took, for the ops page's timeline
     assert record["created_at"] == record["timestamp"]
     assert outcome["tokens_before"] - outcome["tokens_after"] == record["tokens_saved"]
 

@@ -71,6 +71,8 @@ async def test_a_compacted_task_shows_its_window_and_timeline(client: httpx.Asyn
     first = records[0]
     assert f"<td>{first['start_seq']} to {first['end_seq']}</td>" in page
     assert f'<td class="num">{first["original_tokens"]:,}</td>' in page
+    durations = re.findall(r"<td>([\d,.]+) ms</td>", page)
+    assert len(durations) == len(records)  # each compaction says how long it took
     # The picture: a bar per message of the context, the masked ones marked, the two lines.
     context = (await client.get(f"/tasks/{uuid}/context")).json()
     bars = re.findall(r'<rect class="bar role-(\w+) kind-(\w+)"', page)
