@@ -5,7 +5,8 @@
 3. running tasks, newest started first, limited;
 4. the latest failures with their errors;
 
-and, for the ops page's charts, the same figures per hour or day of created_at.
+and, for the ops page's charts, tasks, tokens, compactions and failures per hour or day of
+created_at (``series_query``).
 
 These are the queries the original design's operators ran on its SQLite file by hand.
 """
