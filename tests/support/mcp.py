@@ -51,11 +51,12 @@ async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str,
     """The tool's structured answer; fails on a tool error. The text content says the same."""
     result = await session.call_tool(tool, arguments)
     assert not result.is_error, result.content
-    assert result.structured_content is not None
+    structured: dict[str, Any] | None = result.structured_content
+    assert structured is not None
     text = result.content[0]
     assert text.type == "text"
-    assert json.loads(text.text) == result.structured_content
-    return result.structured_content
+    assert json.loads(text.text) == structured
+    return structured
 
 
 async def refusal(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
