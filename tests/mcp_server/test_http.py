@@ -268,6 +268,8 @@ async def test_the_final_summary_and_inheritance_resources(
             await session.read_resource(f"context://tasks/{later}/final-summary")
         with pytest.raises(MCPError) as unknown:
             await session.read_resource(f"context://tasks/{MISSING}/inheritance")
+        with pytest.raises(MCPError) as not_a_uuid:
+            await session.read_resource("context://tasks/not-a-uuid/inheritance")
     rest = await rest_get(live, f"/tasks/{earlier}/final-summary")
     assert summary == rest
     assert (summary["uuid"], summary["status"]) == (earlier, "ready")
@@ -277,6 +279,8 @@ async def test_the_final_summary_and_inheritance_resources(
     assert nothing["inherited_from"] is None
     assert json.loads(running.value.message)["error"]["code"] == "task_not_finished"
     assert json.loads(unknown.value.message)["error"]["code"] == "task_not_found"
+    assert unknown.value.code == -32602  # invalid params: nothing there
+    assert json.loads(not_a_uuid.value.message)["error"]["code"] == "validation_error"
 
 
 async def test_an_agent_key_cannot_reach_another_tenants_task(live: Server, bob_task: str) -> None:
