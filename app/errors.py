@@ -53,6 +53,7 @@ class ErrorCode(StrEnum):
     JSON_TOO_DEEP = "json_too_deep"
     KEY_SCOPE_TOO_NARROW = "key_scope_too_narrow"
     MESSAGE_TOO_LARGE = "message_too_large"
+    MESSAGE_NOT_FOUND = "message_not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     NO_ROOM_FOR_CONTEXT = "no_room_for_context"
     NOT_FOUND = "not_found"
@@ -264,6 +265,16 @@ class ThreadNotFound(NotFound):
             f"task {task_uuid} has no thread {thread_id}",
             code=ErrorCode.THREAD_NOT_FOUND,
             details={"uuid": task_uuid, "thread_id": thread_id},
+        )
+
+
+class MessageNotFound(NotFound):
+    def __init__(self, task_uuid: str, thread_id: int, seq: int, last_seq: int) -> None:
+        super().__init__(
+            f"task {task_uuid} thread {thread_id} has no message {seq}: its seqs run from 1 "
+            f"to {last_seq}",
+            code=ErrorCode.MESSAGE_NOT_FOUND,
+            details={"uuid": task_uuid, "thread_id": thread_id, "seq": seq, "last_seq": last_seq},
         )
 
 

@@ -18,6 +18,8 @@ from app.inheritance.endpoints import router as inheritance_router
 from app.jobs.endpoints import router as jobs_router
 from app.lifespan import lifespan
 from app.maintenance.endpoints import router as maintenance_router
+from app.mcp_server.http import http_route, request_caller
+from app.mcp_server.server import build_server
 from app.messages.endpoints import router as messages_router
 from app.observability.logs import configure_logging
 from app.observability.middleware import RequestMetricsMiddleware, TaskLogContextMiddleware
@@ -85,6 +87,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui_router)
     app.include_router(ui_login_router)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+    # The MCP server: a plain route (not in the OpenAPI document), behind the same middlewares;
+    # the lifespan runs its session manager.
+    mcp = build_server(request_caller)
+    app.router.routes.append(http_route(mcp, settings.limits.max_body_bytes))
+    app.state.mcp_sessions = mcp.session_manager
     return app
 
 

@@ -1,6 +1,6 @@
 """``context-service``: run the service and its maintenance on this machine (``serve``,
-``migrate``, ``openapi``, ``cleanup``, ``repair``), and look at a running one (``tasks``,
-``task``, ``jobs``, ``stats``)."""
+``migrate``, ``openapi``, ``cleanup``, ``repair``, ``mcp``), and look at a running one
+(``tasks``, ``task``, ``jobs``, ``stats``)."""
 
 import argparse
 from importlib.metadata import version

@@ -1,5 +1,5 @@
 """The commands that run on this machine, on its CONTEXT_DIR and database: ``serve``,
-``migrate``, ``openapi``, ``cleanup`` and ``repair``."""
+``migrate``, ``openapi``, ``cleanup``, ``repair`` and ``mcp``."""
 
 import argparse
 import asyncio
@@ -9,11 +9,13 @@ import uuid
 import uvicorn
 import yaml
 
+from app.auth.keys import OPEN
 from app.config import Settings
 from app.db.engine import open_database
 from app.errors import AppError
 from app.lifespan import open_services, prepare_storage
 from app.maintenance.schemas import MAX_DAYS, CleanupReport
+from app.mcp_server.server import Caller, build_server
 from app.storage.layout import Layout
 from app.storage.locks import TaskLocks, process_locks
 
@@ -76,6 +78,15 @@ def add_commands(
     repair.add_argument("--thread-id", type=int, default=0, help="a thread of the task (0: root)")
     repair.set_defaults(run=lambda args, parser: _repair(settings, args, parser))
 
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve the MCP tools over stdio, on this machine's CONTEXT_DIR and database",
+        description="Serve the MCP server (docs/mcp.md) over stdin and stdout, for an MCP "
+        "client that starts it. It opens CONTEXT_DIR and the database as `serve` does (and "
+        "may run beside it); no API key applies: whoever can run it can read the files.",
+    )
+    mcp.set_defaults(run=lambda args, parser: _mcp(settings))
+
 
 def _serve(settings: Settings, args: argparse.Namespace) -> None:
     uvicorn.run(
@@ -131,6 +142,15 @@ def _repair(settings: Settings, args: argparse.Namespace, parser: argparse.Argum
     except AppError as exc:
         parser.error(exc.message)
     print(json.dumps(repaired))
+
+
+def _mcp(settings: Settings) -> None:
+    async def serve() -> None:
+        async with open_services(settings) as services:
+            caller = Caller(services=services, principal=OPEN)
+            await build_server(lambda ctx: caller).run_stdio_async()
+
+    asyncio.run(serve())
 
 
 def _uuid(value: str) -> str:

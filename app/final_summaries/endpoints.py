@@ -7,9 +7,9 @@ from fastapi import APIRouter, Response, status
 from app.api.deps import TaskUUID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
+from app.final_summaries.presenters import final_summary_out
 from app.final_summaries.schemas import FinalSummaryOut
 from app.final_summaries.service import FinalSummaryService
-from app.jobs.schemas import JobOut
 
 FinalSummariesDep = Annotated[FinalSummaryService, service("final_summaries")]
 
@@ -30,12 +30,4 @@ async def get_final_summary(
     found = await final_summaries.get(uuid)
     if found.status == "pending":
         response.status_code = status.HTTP_202_ACCEPTED
-    job = found.job
-    summarizer = (job.result or {}).get("summarizer") if job is not None else None
-    return FinalSummaryOut(
-        uuid=uuid,
-        status=found.status,
-        summary=found.text,
-        summarizer=summarizer if found.text is not None else None,
-        job=JobOut.model_validate(job) if job is not None else None,
-    )
+    return final_summary_out(uuid, found)

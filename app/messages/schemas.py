@@ -486,3 +486,39 @@ class MessagePage(BaseModel):
     next_after_seq: int | None = Field(
         description="Pass as after_seq for the next page; null when this page is the last."
     )
+
+
+class RecalledMessage(BaseModel):
+    """One message of the history by seq, as text: a range of its characters, capped in bytes
+    so that a huge tool output never floods the reader's window."""
+
+    seq: int
+    role: str | None = Field(description="null for a rewind marker.")
+    timestamp: str
+    tokens: int
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    text: str = Field(
+        description="Characters [start, end) of the message's text: its content (text parts "
+        "joined by line breaks), then one line per tool call it makes."
+    )
+    start: int
+    end: int
+    total_chars: int
+    more: bool = Field(description="Whether text follows end: ask again with start=end.")
+
+
+class HistoryHit(BaseModel):
+    seq: int
+    role: str | None
+    timestamp: str
+    snippet: str = Field(description="The text around the first match, on one line.")
+
+
+class HistorySearch(BaseModel):
+    query: str
+    hits: list[HistoryHit]
+    next_after_seq: int | None = Field(
+        description="The limit was reached: pass as after_seq to search on; null when the "
+        "history was searched to its end."
+    )

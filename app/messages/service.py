@@ -1,13 +1,28 @@
 """Appending messages and reading a task's history."""
 
 import asyncio
+from typing import Any, BinaryIO
+
+import orjson
 
 from app.config import Settings
 from app.context.store import ContextStore
-from app.errors import ErrorCode, TooLarge
-from app.messages.schemas import AppendResult, MessageIn, MessagePage, MessageRecord
+from app.errors import ErrorCode, MessageNotFound, TooLarge
+from app.messages.schemas import (
+    AppendResult,
+    HistoryHit,
+    HistorySearch,
+    MessageIn,
+    MessagePage,
+    MessageRecord,
+    RecalledMessage,
+)
+from app.messages.text import excerpt, message_text, snippet
 from app.observability.metrics import Metrics
-from app.storage.jsonl import read_page
+from app.storage.jsonl import iter_lines, offset_after_seq, read_page, read_record
+
+RECALL_MAX_BYTES = 32 * 1024  # the most text one recall returns, whatever range is asked
+SNIPPET_CHARS = 160
 
 
 class MessageService:
@@ -66,3 +81,77 @@ class MessageService:
             last_seq=last_seq,
             next_after_seq=next_after,
         )
+
+    async def recall(
+        self, task_uuid: str, seq: int, *, start: int, max_chars: int, thread_id: int = 0
+    ) -> RecalledMessage:
+        """Characters [start, start + max_chars) of message ``seq``'s text, at most
+        RECALL_MAX_BYTES of them; the file is read at that one line."""
+        snapshot = await self.store.snapshot(task_uuid, "messages", thread_id)
+        try:
+            record = await asyncio.to_thread(
+                read_record, snapshot.handle, "seq", seq, snapshot.head.messages_bytes
+            )
+        finally:
+            snapshot.close()
+        if record is None:
+            raise MessageNotFound(task_uuid, thread_id, seq, snapshot.head.last_seq)
+        part = excerpt(message_text(record), start, max_chars, RECALL_MAX_BYTES)
+        return RecalledMessage(
+            seq=seq,
+            role=record.get("role"),
+            timestamp=record["timestamp"],
+            tokens=record.get("tokens", 0),
+            tool_call_id=record.get("tool_call_id"),
+            tool_name=record.get("tool_name"),
+            text=part.text,
+            start=part.start,
+            end=part.end,
+            total_chars=part.total_chars,
+            more=part.end < part.total_chars,
+        )
+
+    async def search(
+        self, task_uuid: str, query: str, *, after_seq: int, limit: int, thread_id: int = 0
+    ) -> HistorySearch:
+        """The first ``limit`` messages after ``after_seq`` whose text holds ``query``, case
+        ignored; messages.jsonl is read a line at a time, never whole."""
+        snapshot = await self.store.snapshot(task_uuid, "messages", thread_id)
+        try:
+            hits = await asyncio.to_thread(
+                _search,
+                snapshot.handle,
+                query,
+                after_seq,
+                limit,
+                snapshot.head.messages_bytes,
+            )
+        finally:
+            snapshot.close()
+        return HistorySearch(
+            query=query,
+            hits=hits,
+            next_after_seq=hits[-1].seq if len(hits) == limit else None,
+        )
+
+
+def _search(f: BinaryIO, query: str, after_seq: int, limit: int, end: int) -> list[HistoryHit]:
+    needle = query.lower()
+    hits: list[HistoryHit] = []
+    for _, line in iter_lines(f, offset_after_seq(f, "seq", after_seq, end), end):
+        record: dict[str, Any] = orjson.loads(line)
+        text = message_text(record)
+        at = text.lower().find(needle)
+        if at < 0:
+            continue
+        hits.append(
+            HistoryHit(
+                seq=record["seq"],
+                role=record.get("role"),
+                timestamp=record["timestamp"],
+                snippet=snippet(text, at, len(query), SNIPPET_CHARS),
+            )
+        )
+        if len(hits) == limit:
+            break
+    return hits

@@ -119,7 +119,9 @@ def _formatter(log_format: str) -> logging.Formatter:
     return TextFormatter(TEXT_FORMAT)
 
 
-QUIET_LOGGERS = ("httpx", "httpcore")
+# httpx logs every request's full URL at INFO: webhook and LLM URLs may carry tokens. The MCP
+# SDK logs a line per /mcp request at INFO, and at DEBUG the messages, task content included.
+QUIET_LOGGERS = ("httpx", "httpcore", "mcp")
 
 
 def configure_logging(settings: Settings, stream: TextIO | None = None) -> ServiceHandler:
@@ -143,7 +145,6 @@ def configure_logging(settings: Settings, stream: TextIO | None = None) -> Servi
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
-    # httpx logs every request's full URL at INFO: webhook and LLM URLs may carry tokens.
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
     return handler

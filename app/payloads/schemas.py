@@ -30,7 +30,9 @@ class ProtectedEntry(BaseModel):
     message: dict[str, Any]
 
 
-class ContextView(BaseModel):
+class BudgetView(BaseModel):
+    """A context's tokens against its budget, and what compaction would do next."""
+
     uuid: str
     thread_id: int = Field(description="0: the task's root context; else a thread.")
     format: FormatName = Field(description="The payload format the tokens are counted in.")
@@ -62,6 +64,9 @@ class ContextView(BaseModel):
         description="What the protected regions of the contexts above a thread add to its "
         "payload (0 for the root); tokens, budget and window are the thread's own."
     )
+
+
+class ContextView(BudgetView):
     protected: list[ProtectedEntry] = Field(
         description="Those regions' messages, root first: they precede the thread's own."
     )

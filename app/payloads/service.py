@@ -128,21 +128,55 @@ class PayloadService:
         """A context with per-message tokens, budget and what would happen next (a thread's
         with its ancestors' protected messages first)."""
         assembly = await self.assembler.open(task_uuid, thread_id, format_name)
-        name, counted_as = assembly.format, assembly.counted_as
         snapshot = assembly.snapshot
-        context, head = assembly.context, snapshot.head
-        task = context.task
         try:
-            next_step = await self.compaction.dry_run(task_uuid, counted_as, thread_id=thread_id)
+            overview = await self._overview(assembly)
         except BaseException:
             snapshot.close()
             raise
+        overview["protected"] = [
+            {
+                "thread_id": p.thread_id,
+                "tokens": p.tokens,
+                "message": orjson.Fragment(p.line.rstrip()),
+            }
+            for p in assembly.protected
+        ]
+        prefix = orjson.dumps(overview)[:-1] + b',"messages":['
+        entries = _ContextEntries(self._counter(snapshot.task), FORMATS[assembly.format])
+        return stream_lines(
+            snapshot,
+            snapshot.head.current_bytes,
+            prefix,
+            b"]}",
+            with_pinned(with_anchors(entries, assembly.anchors), assembly.pinned_line),
+            offload=True,
+        )
+
+    async def budget_view(
+        self, task_uuid: str, format_name: str | None, thread_id: int = 0
+    ) -> dict[str, Any]:
+        """What :meth:`context_view` opens with (tokens, budget, threshold, window and a dry run
+        of the next compaction), without the messages."""
+        assembly = await self.assembler.open(task_uuid, thread_id, format_name)
+        try:
+            return await self._overview(assembly)
+        finally:
+            assembly.snapshot.close()
+
+    async def _overview(self, assembly: Assembly) -> dict[str, Any]:
+        counted_as = assembly.counted_as
+        context, head = assembly.context, assembly.snapshot.head
+        task = context.task
+        next_step = await self.compaction.dry_run(
+            task.uuid, counted_as, thread_id=context.thread_id
+        )
         budget = self.budgets.context_budget(context)
         tokens = self.budgets.context_tokens(context, head, counted_as)
-        overview = {
+        return {
             "uuid": task.uuid,
             "thread_id": context.thread_id,
-            "format": name,
+            "format": assembly.format,
             "tokens": tokens,
             "budget": budget.allowed,
             "threshold": budget.threshold,
@@ -161,25 +195,7 @@ class PayloadService:
             "message_count": head.current_messages,
             "last_seq": head.last_seq,
             "protected_tokens": assembly.protected_tokens,
-            "protected": [
-                {
-                    "thread_id": p.thread_id,
-                    "tokens": p.tokens,
-                    "message": orjson.Fragment(p.line.rstrip()),
-                }
-                for p in assembly.protected
-            ],
         }
-        prefix = orjson.dumps(overview)[:-1] + b',"messages":['
-        entries = _ContextEntries(self._counter(task), FORMATS[name])
-        return stream_lines(
-            snapshot,
-            head.current_bytes,
-            prefix,
-            b"]}",
-            with_pinned(with_anchors(entries, assembly.anchors), assembly.pinned_line),
-            offload=True,
-        )
 
 
 def _ended(context: LockedTask) -> bool:

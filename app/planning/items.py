@@ -69,8 +69,15 @@ def open_items(items: Iterable[ChecklistItem]) -> list[ChecklistItem]:
 def latest_items(path: Path) -> CurrentItems | None:
     """The current items of a planning.jsonl: those of its latest entry that carries items,
     read backwards a block at a time."""
+    return current_plan(path)[1]
+
+
+def current_plan(path: Path) -> tuple[dict[str, Any] | None, CurrentItems | None]:
+    """The latest entry of a planning.jsonl and the current items, read backwards a block at
+    a time up to the latest entry that carries items."""
     if not path.exists():
-        return None
+        return None, None
+    latest: dict[str, Any] | None = None
     with open(path, "rb") as f:
         size = f.seek(0, 2)
         f.seek(max(size - 1, 0))
@@ -80,7 +87,8 @@ def latest_items(path: Path) -> CurrentItems | None:
             next(lines, None)  # a torn last line (the next append repairs it) is no entry
         for line in lines:
             record = orjson.loads(line)
+            latest = latest or record
             items = entry_items(record)
             if items is not None:
-                return CurrentItems(int(record["id"]), items)
-    return None
+                return latest, CurrentItems(int(record["id"]), items)
+    return latest, None

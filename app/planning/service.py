@@ -21,7 +21,7 @@ from app.db.models import Task
 from app.formats import native_format
 from app.journals.service import JournalService
 from app.planning import repository
-from app.planning.items import CurrentItems, latest_items, render_items
+from app.planning.items import CurrentItems, current_plan, latest_items, render_items
 from app.planning.pinning import pinned_message
 from app.storage.layout import PLANNING
 from app.tokens.cutting import cut
@@ -58,6 +58,10 @@ class PlanningService:
         """A page of entries, whether more follow, and the current items."""
         entries, more = await self.journal.page(task_uuid, after, limit)
         return entries, more, await self.journal.read(task_uuid, latest_items)
+
+    async def current(self, task_uuid: str) -> tuple[dict[str, Any] | None, CurrentItems | None]:
+        """The latest entry and the current items."""
+        return await self.journal.read(task_uuid, current_plan)
 
     async def _pin(self, locked: LockedTask, entry: dict[str, Any]) -> None:
         task = locked.task

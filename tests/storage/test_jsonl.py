@@ -17,6 +17,7 @@ from app.storage.jsonl import (
     last_record,
     offset_after_seq,
     read_page,
+    read_record,
     repair_tail,
     write_atomic,
 )
@@ -142,6 +143,24 @@ def test_read_page_matches_brute_force(tmp_path: Path, seed: int) -> None:
             visible = [r for r, o in zip(records, offsets, strict=True) if o < end]
             expected = [r for r in visible if r["seq"] > after][:limit]
             assert read_page(f, "seq", after, limit, end) == expected, (after, limit, end)
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_read_record_finds_each_key_within_end_and_nothing_else(tmp_path: Path, seed: int) -> None:
+    """read_record finds the record of each key inside [0, end), and None for a key in a gap,
+    below the first, past the last or past ``end`` (a committed head shorter than the file)."""
+    rng = random.Random(seed)
+    records = _records(rng, rng.randint(1, 50))
+    path = tmp_path / "records.jsonl"
+    offsets = _write(path, records)
+    size = path.stat().st_size
+    last = records[-1]["seq"]
+    cut = rng.randrange(len(records) + 1)
+    with path.open("rb") as f:
+        for end in (size, offsets[cut] if cut < len(records) else size, 0):
+            visible = {r["seq"]: r for r, o in zip(records, offsets, strict=True) if o < end}
+            for value in range(-1, last + 3):
+                assert read_record(f, "seq", value, end) == visible.get(value), (value, end)
 
 
 def test_read_page_other_key_and_huge_lines(tmp_path: Path) -> None:

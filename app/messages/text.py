@@ -1,0 +1,62 @@
+"""A history record as plain text, and bounded pieces of it: what recalling a message and
+searching the history show an agent. Pure."""
+
+from dataclasses import dataclass
+from typing import Any
+
+# How parts that are not text read in the plain text of a message.
+_PART_TEXT = {"image_url": "[image]", "input_audio": "[audio]", "file": "[file]"}
+
+
+def message_text(record: dict[str, Any]) -> str:
+    """The record's content as text (text parts joined by line breaks, other parts named),
+    then one line per tool call it makes. A rewind marker has none: ""."""
+    lines: list[str] = []
+    content = record.get("content")
+    if isinstance(content, str):
+        lines.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                lines.append(str(part.get("text", "")))
+            elif kind == "refusal":
+                lines.append(str(part.get("refusal", "")))
+            else:
+                lines.append(_PART_TEXT.get(str(kind), f"[{kind} part]"))
+    for call in record.get("tool_calls") or ():
+        function = call.get("function") or {}
+        lines.append(
+            f"[tool call {call.get('id', '')}: {function.get('name', '')}"
+            f"({function.get('arguments', '')})]"
+        )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    text: str
+    start: int  # the first character's index in the whole text
+    end: int  # the index after the last character
+    total_chars: int
+
+
+def excerpt(text: str, start: int, max_chars: int, max_bytes: int) -> Excerpt:
+    """At most ``max_chars`` characters of ``text`` from ``start``, cut further (on a character
+    boundary) to at most ``max_bytes`` bytes of UTF-8."""
+    piece = text[start : start + max_chars]
+    encoded = piece.encode()
+    if len(encoded) > max_bytes:
+        piece = encoded[:max_bytes].decode(errors="ignore")  # drops a character cut in two
+    begin = min(start, len(text))
+    return Excerpt(text=piece, start=begin, end=begin + len(piece), total_chars=len(text))
+
+
+def snippet(text: str, at: int, length: int, width: int) -> str:
+    """About ``width`` characters of ``text`` around [at, at + length), on one line, with "..."
+    where text was left out."""
+    room = max(width - length, 0)
+    begin = max(at - room // 2, 0)
+    end = min(max(at + length + room - (at - begin), at + length), len(text))
+    piece = " ".join(text[begin:end].split())
+    return ("..." if begin > 0 else "") + piece + ("..." if end < len(text) else "")
