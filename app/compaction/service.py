@@ -43,7 +43,7 @@ from app.planning.items import latest_items
 from app.storage.jsonl import iter_lines
 from app.storage.layout import PLANNING
 from app.summaries.collectors import grouped_errors
-from app.summaries.excerpts import ELISION_TEXT, normalize
+from app.summaries.excerpts import ELISION_HANDLE, ELISION_TEXT, normalize
 from app.summaries.summarizer import Summarizer, SummaryLimit
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
@@ -946,7 +946,9 @@ def _elision(
         if entry.marker not in plans.MEMORY_KINDS:
             deep = max(excess, _excess_to_keep(entry.tokens, cap))
         cut = deep + max(0, record_tokens(original, fmt) - entry.tokens)
-        message = _shortened(costs.counter, original, cut, arguments, keeps)
+        message = _shortened(
+            costs.counter, original, cut, arguments, keeps, as_posted=not entry.masked
+        )
         if message is None:
             continue
         cost = costs.message(message)
@@ -994,18 +996,25 @@ class ShownRecords:
 
 
 def _shortened(
-    counter: TextCounter, original: dict[str, Any], cut: int, arguments: bool, keep_errors: bool
+    counter: TextCounter,
+    original: dict[str, Any],
+    cut: int,
+    arguments: bool,
+    keep_errors: bool,
+    *,
+    as_posted: bool,
 ) -> dict[str, Any] | None:
     """The message cut by about ``cut`` tokens: its tool calls' arguments (None without any),
     or its content, followed with ``keep_errors`` by the error lines the cut took (the cut
-    deeper by what they cost)."""
+    deeper by what they cost). ``as_posted``: ``original`` is the record of its seq as
+    messages.jsonl holds it (not a placeholder), so a cut of its content has a handle."""
     message = openai_message(original)
     if arguments:
         calls = message.get("tool_calls")
         return message | {"tool_calls": _elided_calls(counter, calls, cut)} if calls else None
     errors = _error_lines(original) if keep_errors else []
     cut += sum(content_tokens(counter, line) + 1 for line in errors)
-    content = elided(counter, message.get("content"), cut)
+    content = elided(counter, message.get("content"), cut, original["seq"] if as_posted else None)
     shown = normalize(content)
     lost = "".join(f"\nerror: {line}" for line in errors if line not in shown)
     return message | {"content": content + lost}
@@ -1058,20 +1067,28 @@ def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
         node[key] = cut(node[key])
 
 
-def elided(counter: TextCounter, content: Any, excess: int) -> str:
+def elided(counter: TextCounter, content: Any, excess: int, seq: int | None = None) -> str:
     """The content with its middle cut so that about ``excess`` (+10%, +64) tokens go, keeping
     at least ``ELIDED_TEXT_TOKENS`` of its start and end (the margin: characters per token
-    vary along a text)."""
+    vary along a text).
+
+    With ``seq`` (the content is that message's as posted) the note carries a handle: the seq
+    and the characters cut, which GET /tasks/{uuid}/messages/{seq} shows again. The handle's
+    cost is cut too, so the note's length does not eat into the excess."""
     text = content_text(content, non_text=stand_in)
     tokens = max(1, content_tokens(counter, text))
     chars_per_token = len(text) / tokens
     kept = int(plans.ELIDED_TEXT_TOKENS * chars_per_token)
-    cut = min(len(text) - kept, int((excess * CUT_MARGIN + CUT_SLACK) * chars_per_token))
+    longest = "" if seq is None else ELISION_HANDLE.format(seq=seq, start=len(text), end=len(text))
+    want = excess * CUT_MARGIN + CUT_SLACK + content_tokens(counter, longest)
+    cut = min(len(text) - kept, int(want * chars_per_token))
     if cut <= 0:
         return text
     start = (len(text) - cut) * 2 // 3  # a message's start says most of what it is
     end = len(text) - cut - start
-    return text[:start] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - end :]
+    handle = "" if seq is None else ELISION_HANDLE.format(seq=seq, start=start, end=start + cut)
+    note = ELISION_TEXT.format(cut=f"{cut:,}", handle=handle)
+    return text[:start] + note + text[len(text) - end :]
 
 
 def _seqs_over(f: BinaryIO, start: int, end: int, fmt: str, cap: int) -> list[int]:

@@ -486,3 +486,29 @@ class MessagePage(BaseModel):
     next_after_seq: int | None = Field(
         description="Pass as after_seq for the next page; null when this page is the last."
     )
+
+
+class MessageText(BaseModel):
+    """A range of one message's text, as posted: what an elision's or a mask's handle points at."""
+
+    seq: int
+    role: str | None = Field(description="Null for a rewind marker.")
+    tool_call_id: str | None = Field(None, description="On a tool result: the call it answers.")
+    tool_name: str | None = Field(None, description="On a tool result, when the agent sent it.")
+    marker: str | None = Field(
+        None, description="On a compaction's record (summary, truncation, ...): its kind."
+    )
+    text: str = Field(
+        description="Characters [start, end) of the message's text: its content as one string "
+        "(the texts of its parts joined by newlines, a stand-in for an image)."
+    )
+    total_chars: int = Field(description="The length of the whole text, in characters.")
+    start: int = Field(description="The first character returned.")
+    end: int = Field(description="One past the last character returned.")
+    cut: bool = Field(
+        description="Whether max_bytes stopped the text before the end asked for (or the end of "
+        "the text)."
+    )
+    next_start: int | None = Field(
+        description="Pass as start for the rest of the range; null when nothing of it is left."
+    )

@@ -1,11 +1,20 @@
 """Appending messages and reading a task's history."""
 
 import asyncio
+from typing import Any
 
 from app.config import Settings
+from app.context.files import record_at
 from app.context.store import ContextStore
-from app.errors import ErrorCode, TooLarge
-from app.messages.schemas import AppendResult, MessageIn, MessagePage, MessageRecord
+from app.errors import ErrorCode, InvalidInput, NotFound, TooLarge
+from app.formats.parts import content_text, stand_in
+from app.messages.schemas import (
+    AppendResult,
+    MessageIn,
+    MessagePage,
+    MessageRecord,
+    MessageText,
+)
 from app.observability.metrics import Metrics
 from app.storage.jsonl import read_page
 
@@ -66,3 +75,68 @@ class MessageService:
             last_seq=last_seq,
             next_after_seq=next_after,
         )
+
+    async def text(
+        self,
+        task_uuid: str,
+        seq: int,
+        start: int,
+        end: int | None,
+        max_bytes: int,
+        thread_id: int = 0,
+    ) -> MessageText:
+        """Characters [start, end) of message ``seq``'s text as posted, at most ``max_bytes``
+        of them in UTF-8: what the handle of a masked or elided span points at. The record is
+        found by bisection on seq, so only its own line is read."""
+        snapshot = await self.store.snapshot(task_uuid, "messages", thread_id)
+        try:
+            record = await asyncio.to_thread(
+                record_at, snapshot.handle, seq, snapshot.head.messages_bytes
+            )
+        finally:
+            snapshot.close()
+        if record is None:
+            raise NotFound(
+                f"seq {seq} is not a message of this context (its seqs are 1 to "
+                f"{snapshot.head.last_seq})",
+                code=ErrorCode.MESSAGE_NOT_FOUND,
+                details={"seq": seq, "last_seq": snapshot.head.last_seq},
+            )
+        return message_text(record, start, end, max_bytes)
+
+
+def message_text(
+    record: dict[str, Any], start: int, end: int | None, max_bytes: int
+) -> MessageText:
+    """The range of the record's text, cut to ``max_bytes`` (on a character boundary)."""
+    # The text elision measures its cuts in (app/compaction/service.py ``elided``), so that a
+    # handle's character range means the same here.
+    text = content_text(record.get("content"), non_text=stand_in)
+    total = len(text)
+    stop = total if end is None else min(end, total)
+    if start > total or stop < start:
+        raise InvalidInput(
+            f"the range [{start}, {end}) is not within the text of seq {record['seq']}: start "
+            f"must be at most {total} and end at least start",
+            code=ErrorCode.INVALID_RANGE,
+            details={"start": start, "end": end, "total_chars": total},
+        )
+    shown = text[start:stop]
+    encoded = shown.encode()
+    cut = len(encoded) > max_bytes
+    if cut:  # a character the cap splits is left out whole
+        shown = encoded[:max_bytes].decode(errors="ignore")
+    returned_end = start + len(shown)
+    return MessageText(
+        seq=record["seq"],
+        role=record.get("role"),
+        tool_call_id=record.get("tool_call_id"),
+        tool_name=record.get("tool_name"),
+        marker=record.get("marker"),
+        text=shown,
+        total_chars=total,
+        start=start,
+        end=returned_end,
+        cut=cut,
+        next_start=returned_end if returned_end < stop else None,
+    )

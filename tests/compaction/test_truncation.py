@@ -12,7 +12,7 @@ from app.compaction.truncation import (
     truncation_text,
 )
 from app.context.effective import MARKER_TYPE
-from app.summaries.excerpts import ELISION_TEXT
+from app.summaries.excerpts import ELISION_HANDLE, ELISION_TEXT
 from app.summaries.layout import listed_sections
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import counter_for
@@ -133,7 +133,9 @@ def test_an_elided_message_is_still_a_message_of_the_span() -> None:
         "type": MARKER_TYPE,
         "seq": 30,
         "role": "user",
-        "content": "Keep the old format." + ELISION_TEXT.format(cut="900") + "ok",
+        "content": "Keep the old format."
+        + ELISION_TEXT.format(cut="900", handle=ELISION_HANDLE.format(seq=7, start=20, end=920))
+        + "ok",
         "marker": "elision",
         "hides": [7, 7],
     }
