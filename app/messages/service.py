@@ -102,12 +102,10 @@ class MessageService:
                 code=ErrorCode.MESSAGE_NOT_FOUND,
                 details={"seq": seq, "last_seq": snapshot.head.last_seq},
             )
-        return message_text(record, start, end, max_bytes)
+        return text_range(record, start, end, max_bytes)
 
 
-def message_text(
-    record: dict[str, Any], start: int, end: int | None, max_bytes: int
-) -> MessageText:
+def text_range(record: dict[str, Any], start: int, end: int | None, max_bytes: int) -> MessageText:
     """The range of the record's text, cut to ``max_bytes`` (on a character boundary)."""
     # The text elision measures its cuts in (app/compaction/service.py ``elided``), so that a
     # handle's character range means the same here.
