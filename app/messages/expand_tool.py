@@ -3,7 +3,7 @@ definition, in OpenAI's tool shape (each payload format converts it like the age
 Pure.
 
 Its call is answered from GET /tasks/{uuid}/messages/{seq} (the client library's
-``answer_expand`` does it), and the answer is an ordinary tool result.
+``expand_result`` builds it), and the answer is an ordinary tool result.
 """
 
 from typing import Any
