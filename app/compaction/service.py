@@ -51,7 +51,8 @@ from app.tokens.counters import TextCounter
 log = logging.getLogger(__name__)
 
 Strategy = Literal["auto", "mask", "condense", "truncate"]
-SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
+# With the seqs of the history it stands for: each can be read again (GET /messages/{seq}).
+SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages, seq {first}-{last})]\n"
 # A fit ends when a whole pass of the tiers changes nothing; this only bounds one whose steps
 # each free a few tokens (small messages behind a long marker, messages cut to the bone).
 MAX_FIT_ROUNDS = 64
@@ -220,7 +221,9 @@ class CompactionService:
                     ),
                     backend,
                     kept=kept,
-                    limit=self._summary_limit(locked, fmt, plan.messages(entries)),
+                    limit=self._summary_limit(
+                        locked, fmt, plan.messages(entries), plan.hides(entries)
+                    ),
                     plan=checklist.items if checklist else None,
                 )
             except LLMError as exc:
@@ -232,7 +235,9 @@ class CompactionService:
                     "the summariser returned an empty summary", code=ErrorCode.EMPTY
                 )
             hidden = Span(plan.start, plan.end)
-            content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
+            first, last = hidden.hides(entries)
+            heading = SUMMARY_HEADER.format(count=hidden.messages(entries), first=first, last=last)
+            content = heading + summary.strip()
             marker: Marker = {"role": "user", "content": content, "marker": "condense"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
@@ -260,7 +265,8 @@ class CompactionService:
         head = plans.head_length(entries)
         # What the context costs beside its entries (a pinned plan, tools), and its head.
         fixed = tokens - sum(e.tokens for e in entries[head:])
-        summary = self._summary_limit(locked, fmt, 0).tokens
+        newest = max(e.seq for e in entries)  # the longest seqs a heading may name
+        summary = self._summary_limit(locked, fmt, 0, (newest, newest)).tokens
         return plans.plan_condense(
             entries,
             keep_recent=settings.keep_recent,
@@ -268,11 +274,13 @@ class CompactionService:
             room=relief - fixed - summary,
         )
 
-    def _summary_limit(self, locked: LockedTask, fmt: str, messages: int) -> SummaryLimit:
+    def _summary_limit(
+        self, locked: LockedTask, fmt: str, messages: int, seqs: tuple[int, int]
+    ) -> SummaryLimit:
         """What the summary may cost: ``summary_max_share`` of the budget, less its heading
         (the summary's own share of the message is counted with the task's counter)."""
         allowed = self.budgets.context_budget(locked).allowed
-        heading = SUMMARY_HEADER.format(count=messages)
+        heading = SUMMARY_HEADER.format(count=messages, first=seqs[0], last=seqs[1])
         overhead = in_format(*self._cost(locked.task, {"role": "user", "content": heading}), fmt)
         counter = self.store.costs(locked.task).counter
         share = int(allowed * self.settings.compaction.summary_max_share)
@@ -447,6 +455,7 @@ class CompactionService:
                 facts = await asyncio.to_thread(_hidden_facts, f, head, plan.hides(entries))
             content = truncation_text(
                 plan.messages(entries),
+                plan.hides(entries),
                 facts,
                 self.store.costs(locked.task).counter,
                 self.budgets.context_budget(locked).allowed,

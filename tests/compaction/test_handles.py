@@ -106,3 +106,31 @@ def test_the_handle_costs_are_cut_too() -> None:
     plain, handled = elided(counter, text, 1000), elided(counter, text, 1000, seq=12345)
     assert HANDLE.search(handled)
     assert counter.count_text(handled) <= counter.count_text(plain)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "heading"),
+    [
+        ("truncate", r"\[Sliding window truncation: \d+ messages hidden to reduce context "),
+        ("condense", r"\[Summary of the earlier conversation \(\d+ messages, "),
+    ],
+)
+async def test_a_summary_and_a_truncation_name_the_seqs_they_stand_for(
+    client: httpx.AsyncClient, strategy: str, heading: str
+) -> None:
+    uuid = await new_task(client)
+    turns = [
+        {"role": ("user", "assistant")[i % 2], "content": f"Turn {i}. " + "words " * 150}
+        for i in range(14)
+    ]
+    seqs = await append(client, uuid, {"role": "user", "content": "Fix the parser."}, *turns)
+    response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": strategy})
+    assert response.status_code == 200, response.text
+
+    [marker] = [m for m in await payload_messages(client, uuid) if re.match(heading, m["content"])]
+
+    found = re.search(r"seq (\d+)-(\d+)\)", marker["content"].split("\n")[0])
+    assert found is not None, marker["content"][:200]
+    first, last = int(found.group(1)), int(found.group(2))
+    assert seqs[1] <= first < last < seqs[-1]
+    assert await expand(client, uuid, first) == turns[seqs.index(first) - 1]["content"]

@@ -555,7 +555,7 @@ def test_the_facts_a_truncation_marker_listed_join_the_digest() -> None:
     facts.add("User requests", "[seq 4] Keep the old date format working.")
     facts.add("Files", "src/dates.py")
     facts.add("Errors", "ValueError: NULL date at row 5")
-    content = truncation_text(6, facts, COUNTER, 10_000)
+    content = truncation_text(6, (4, 9), facts, COUNTER, 10_000)
     records = [
         {"type": MARKER_TYPE, "seq": 9, "role": "user", "content": content, "marker": "truncation"},
         {"seq": 10, "role": "user", "content": "Now add a test for it."},
