@@ -955,9 +955,10 @@ def _elision(
         if entry.marker not in plans.MEMORY_KINDS:
             deep = max(excess, _excess_to_keep(entry.tokens, cap))
         cut = deep + max(0, record_tokens(original, fmt) - entry.tokens)
-        message = _shortened(
-            costs.counter, original, cut, arguments, keeps, as_posted=not entry.masked
-        )
+        # The handle costs a few tokens: a window so small that nothing else can give way
+        # goes without it (the seq is still in the history).
+        handle = not entry.masked and not relaxed
+        message = _shortened(costs.counter, original, cut, arguments, keeps, as_posted=handle)
         if message is None:
             continue
         cost = costs.message(message)
