@@ -43,7 +43,7 @@ from app.planning.items import latest_items
 from app.storage.jsonl import iter_lines
 from app.storage.layout import PLANNING
 from app.summaries.collectors import grouped_errors
-from app.summaries.excerpts import ELISION_TEXT, normalize
+from app.summaries.excerpts import ELISION_HANDLE, ELISION_TEXT, normalize
 from app.summaries.summarizer import Summarizer, SummaryLimit
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
@@ -51,7 +51,8 @@ from app.tokens.counters import TextCounter
 log = logging.getLogger(__name__)
 
 Strategy = Literal["auto", "mask", "condense", "truncate"]
-SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
+# With the seqs of the history it stands for: each can be read again (GET /messages/{seq}).
+SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages, seq {first}-{last})]\n"
 # A fit ends when a whole pass of the tiers changes nothing; this only bounds one whose steps
 # each free a few tokens (small messages behind a long marker, messages cut to the bone).
 MAX_FIT_ROUNDS = 64
@@ -220,7 +221,9 @@ class CompactionService:
                     ),
                     backend,
                     kept=kept,
-                    limit=self._summary_limit(locked, fmt, plan.messages(entries)),
+                    limit=self._summary_limit(
+                        locked, fmt, plan.messages(entries), plan.hides(entries)
+                    ),
                     plan=checklist.items if checklist else None,
                 )
             except LLMError as exc:
@@ -232,7 +235,9 @@ class CompactionService:
                     "the summariser returned an empty summary", code=ErrorCode.EMPTY
                 )
             hidden = Span(plan.start, plan.end)
-            content = SUMMARY_HEADER.format(count=hidden.messages(entries)) + summary.strip()
+            first, last = hidden.hides(entries)
+            heading = SUMMARY_HEADER.format(count=hidden.messages(entries), first=first, last=last)
+            content = heading + summary.strip()
             marker: Marker = {"role": "user", "content": content, "marker": "condense"}
             cost = self._cost(locked.task, marker)
             if in_format(*cost, fmt) >= hidden.tokens(entries):  # e.g. a digest of a few
@@ -260,7 +265,8 @@ class CompactionService:
         head = plans.head_length(entries)
         # What the context costs beside its entries (a pinned plan, tools), and its head.
         fixed = tokens - sum(e.tokens for e in entries[head:])
-        summary = self._summary_limit(locked, fmt, 0).tokens
+        newest = max(e.seq for e in entries)  # the longest seqs a heading may name
+        summary = self._summary_limit(locked, fmt, 0, (newest, newest)).tokens
         return plans.plan_condense(
             entries,
             keep_recent=settings.keep_recent,
@@ -268,11 +274,13 @@ class CompactionService:
             room=relief - fixed - summary,
         )
 
-    def _summary_limit(self, locked: LockedTask, fmt: str, messages: int) -> SummaryLimit:
+    def _summary_limit(
+        self, locked: LockedTask, fmt: str, messages: int, seqs: tuple[int, int]
+    ) -> SummaryLimit:
         """What the summary may cost: ``summary_max_share`` of the budget, less its heading
         (the summary's own share of the message is counted with the task's counter)."""
         allowed = self.budgets.context_budget(locked).allowed
-        heading = SUMMARY_HEADER.format(count=messages)
+        heading = SUMMARY_HEADER.format(count=messages, first=seqs[0], last=seqs[1])
         overhead = in_format(*self._cost(locked.task, {"role": "user", "content": heading}), fmt)
         counter = self.store.costs(locked.task).counter
         share = int(allowed * self.settings.compaction.summary_max_share)
@@ -447,6 +455,7 @@ class CompactionService:
                 facts = await asyncio.to_thread(_hidden_facts, f, head, plan.hides(entries))
             content = truncation_text(
                 plan.messages(entries),
+                plan.hides(entries),
                 facts,
                 self.store.costs(locked.task).counter,
                 self.budgets.context_budget(locked).allowed,
@@ -950,7 +959,10 @@ def _elision(
         if entry.marker not in plans.MEMORY_KINDS:
             deep = max(excess, _excess_to_keep(entry.tokens, cap))
         cut = deep + max(0, record_tokens(original, fmt) - entry.tokens)
-        message = _shortened(costs.counter, original, cut, arguments, keeps)
+        # The handle costs a few tokens: a window so small that nothing else can give way
+        # goes without it (the seq is still in the history).
+        handle = not entry.masked and not relaxed
+        message = _shortened(costs.counter, original, cut, arguments, keeps, as_posted=handle)
         if message is None:
             continue
         cost = costs.message(message)
@@ -998,18 +1010,25 @@ class ShownRecords:
 
 
 def _shortened(
-    counter: TextCounter, original: dict[str, Any], cut: int, arguments: bool, keep_errors: bool
+    counter: TextCounter,
+    original: dict[str, Any],
+    cut: int,
+    arguments: bool,
+    keep_errors: bool,
+    *,
+    as_posted: bool,
 ) -> dict[str, Any] | None:
     """The message cut by about ``cut`` tokens: its tool calls' arguments (None without any),
     or its content, followed with ``keep_errors`` by the error lines the cut took (the cut
-    deeper by what they cost)."""
+    deeper by what they cost). ``as_posted``: ``original`` is the record of its seq as
+    messages.jsonl holds it (not a placeholder), so a cut of its content has a handle."""
     message = openai_message(original)
     if arguments:
         calls = message.get("tool_calls")
         return message | {"tool_calls": _elided_calls(counter, calls, cut)} if calls else None
     errors = _error_lines(original) if keep_errors else []
     cut += sum(content_tokens(counter, line) + 1 for line in errors)
-    content = elided(counter, message.get("content"), cut)
+    content = elided(counter, message.get("content"), cut, original["seq"] if as_posted else None)
     shown = normalize(content)
     lost = "".join(f"\nerror: {line}" for line in errors if line not in shown)
     return message | {"content": content + lost}
@@ -1062,20 +1081,28 @@ def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
         node[key] = cut(node[key])
 
 
-def elided(counter: TextCounter, content: Any, excess: int) -> str:
+def elided(counter: TextCounter, content: Any, excess: int, seq: int | None = None) -> str:
     """The content with its middle cut so that about ``excess`` (+10%, +64) tokens go, keeping
     at least ``ELIDED_TEXT_TOKENS`` of its start and end (the margin: characters per token
-    vary along a text)."""
+    vary along a text).
+
+    With ``seq`` (the content is that message's as posted) the note carries a handle: the seq
+    and the characters cut, which GET /tasks/{uuid}/messages/{seq} shows again. The handle's
+    cost is cut too, so the note's length does not eat into the excess."""
     text = content_text(content, non_text=stand_in)
     tokens = max(1, content_tokens(counter, text))
     chars_per_token = len(text) / tokens
     kept = int(plans.ELIDED_TEXT_TOKENS * chars_per_token)
-    cut = min(len(text) - kept, int((excess * CUT_MARGIN + CUT_SLACK) * chars_per_token))
+    longest = "" if seq is None else ELISION_HANDLE.format(seq=seq, start=len(text), end=len(text))
+    want = excess * CUT_MARGIN + CUT_SLACK + content_tokens(counter, longest)
+    cut = min(len(text) - kept, int(want * chars_per_token))
     if cut <= 0:
         return text
     start = (len(text) - cut) * 2 // 3  # a message's start says most of what it is
     end = len(text) - cut - start
-    return text[:start] + ELISION_TEXT.format(cut=f"{cut:,}") + text[len(text) - end :]
+    handle = "" if seq is None else ELISION_HANDLE.format(seq=seq, start=start, end=start + cut)
+    note = ELISION_TEXT.format(cut=f"{cut:,}", handle=handle)
+    return text[:start] + note + text[len(text) - end :]
 
 
 def _seqs_over(f: BinaryIO, start: int, end: int, fmt: str, cap: int) -> list[int]:

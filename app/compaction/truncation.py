@@ -20,7 +20,10 @@ from app.summaries.rules import acted_paths, record_errors, record_text
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
 
-TRUNCATION_TEXT = "[Sliding window truncation: {count} messages hidden to reduce context]"
+# With the seqs of the history it hides: each can be read again (GET /messages/{seq}).
+TRUNCATION_TEXT = (
+    "[Sliding window truncation: {count} messages hidden to reduce context (seq {first}-{last})]"
+)
 QUOTE_CHARS = 240  # of each user message: enough to say what was asked
 FACTS_SHARE = 0.05  # of the context's budget, the most the facts of one marker may cost
 # The share of that room each list may take first (what one leaves, the next may use).
@@ -80,11 +83,13 @@ def hidden_facts(hidden: Iterable[dict[str, Any]]) -> HiddenFacts:
     return facts
 
 
-def truncation_text(count: int, facts: HiddenFacts, counter: TextCounter, budget: int) -> str:
+def truncation_text(
+    count: int, seqs: tuple[int, int], facts: HiddenFacts, counter: TextCounter, budget: int
+) -> str:
     """The marker's content: the count, then each list's newest items that fit its share of
     ``FACTS_SHARE`` of ``budget`` tokens, in their order ("(+N more)" for those left out)."""
     room = int(budget * FACTS_SHARE)
-    blocks = [TRUNCATION_TEXT.format(count=count)]
+    blocks = [TRUNCATION_TEXT.format(count=count, first=seqs[0], last=seqs[1])]
     for title, items in facts.lists.items():
         allowance = int(room * ROOM_SHARES[title])
         kept: list[str] = []

@@ -59,6 +59,9 @@ class Task(Base):
     # Task options (POST /tasks): keep the latest planning entry in every payload; named webhooks.
     pin_plan: Mapped[bool] = mapped_column(default=False)
     hooks: Mapped[list[str]] = mapped_column(PortableJSON, default=list)
+    # Whether the payloads' tools include context_expand (its definition is in metadata.json's
+    # tools, counted in tools_tokens like the agent's own).
+    expand_tool: Mapped[bool] = mapped_column(default=False)
     # The task's own compaction options ({"tiers", "keep_tool_results"}); null: the server's.
     compaction: Mapped[dict[str, Any] | None] = mapped_column(PortableJSON)
     # The pinned plan message (the latest planning entry, as sent) and its cost, counted when it

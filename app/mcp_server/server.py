@@ -29,8 +29,8 @@ from app.final_summaries.service import FinalSummaryService
 from app.inheritance.presenters import inheritance_out
 from app.inheritance.service import InheritanceService
 from app.mcp_server.schemas import PlanView, plan_view
-from app.messages.schemas import HistorySearch, RecalledMessage
-from app.messages.service import RECALL_MAX_BYTES, MessageService
+from app.messages.schemas import HistorySearch, MessageText
+from app.messages.service import DEFAULT_TEXT_BYTES, MAX_TEXT_BYTES, MessageService
 from app.ops.endpoints import VERSION
 from app.payloads.schemas import BudgetView, FormatName
 from app.payloads.service import PayloadService
@@ -43,7 +43,9 @@ INSTRUCTIONS = (
     "The context service keeps your task's conversation history, plan and token budget. "
     "Every tool takes the task's uuid; history tools also take a thread_id (0: the task's "
     "root context). A placeholder such as '[output of read_file(...) hidden to save context: "
-    "...; seq 57 of the task's history]' is expanded with recall_message(seq=57)."
+    "...; seq 57 of the task's history]' is expanded with recall_message(seq=57), an elided "
+    "middle noted '(seq 57, chars 2,000-14,345)' with recall_message(seq=57, start=2000, "
+    "end=14345)."
 )
 
 TaskArg = Annotated[UUID, Field(description="The task's uuid.")]
@@ -181,25 +183,29 @@ def build_server(caller_of: CallerOf) -> MCPServer[Any]:
         seq: Annotated[int, Field(ge=1, description="The message's seq in the history.")],
         ctx: ToolContext,
         start: Annotated[int, Field(ge=0, description="The first character to return.")] = 0,
-        max_chars: Annotated[
-            int,
+        end: Annotated[
+            int | None,
             Field(
-                ge=1,
-                le=RECALL_MAX_BYTES,
-                description=f"At most this many characters (and {RECALL_MAX_BYTES} bytes).",
+                ge=0,
+                description="One past the last character to return (a handle's 'chars A-B' is "
+                "start=A, end=B); the end of the text if absent.",
             ),
-        ] = 4000,
+        ] = None,
+        max_bytes: Annotated[
+            int,
+            Field(ge=1, le=MAX_TEXT_BYTES, description="At most this many bytes of text."),
+        ] = DEFAULT_TEXT_BYTES,
         thread_id: ThreadArg = 0,
-    ) -> Annotated[CallToolResult, RecalledMessage]:
+    ) -> Annotated[CallToolResult, MessageText]:
         """A message of the task's history by seq, as text, one range of characters at a
-        time: a tool output hidden from the context (a placeholder names its seq) comes back
-        without flooding the window. `more` says whether to ask again with start=end."""
+        time (what GET /tasks/{uuid}/messages/{seq} answers): a tool output hidden from the
+        context (its placeholder names its seq) or an elided middle (its note says "seq 57,
+        chars 2,000-14,345") comes back without flooding the window. Ask again with
+        start=next_start for the rest."""
 
-        async def recall() -> RecalledMessage:
+        async def recall() -> MessageText:
             services, task_uuid = await visible(ctx, uuid)
-            return await services.messages.recall(
-                task_uuid, seq, start=start, max_chars=max_chars, thread_id=thread_id
-            )
+            return await services.messages.text(task_uuid, seq, start, end, max_bytes, thread_id)
 
         return await answered(recall())
 

@@ -2,16 +2,18 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Response, status
+from fastapi import APIRouter, Body, Header, Path, Query, Response, status
 
 from app.api.deps import TaskUUID, ThreadID, service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
 from app.messages.native import InputFormat, read_body
-from app.messages.schemas import AppendBody, AppendResult, MessagePage
-from app.messages.service import MessageService
+from app.messages.schemas import AppendBody, AppendResult, MessagePage, MessageText
+from app.messages.service import DEFAULT_TEXT_BYTES, MAX_TEXT_BYTES, MessageService
 
 MessagesDep = Annotated[MessageService, service("messages")]
+
+# A range of a message's text is capped so that an expansion never floods the window.
 
 router = APIRouter(
     route_class=OrjsonRoute,
@@ -126,3 +128,36 @@ async def list_messages(
 ) -> MessagePage:
     """The full history of a context (its messages.jsonl), paginated by seq."""
     return await messages.history(uuid, after_seq, limit, thread_id)
+
+
+@router.get("/{seq}", response_model=MessageText)
+async def message_text(
+    uuid: TaskUUID,
+    messages: MessagesDep,
+    seq: Annotated[int, Path(ge=1, le=2**63 - 1, description="The message's seq.")],
+    start: Annotated[
+        int, Query(ge=0, description="The first character of the text to return.")
+    ] = 0,
+    end: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            description="One past the last character to return (a handle's 'chars A-B' is "
+            "start=A, end=B); the end of the text if absent or beyond it.",
+        ),
+    ] = None,
+    max_bytes: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_TEXT_BYTES,
+            description="At most this many bytes (UTF-8) of text; the answer says where it "
+            "stopped (next_start).",
+        ),
+    ] = DEFAULT_TEXT_BYTES,
+    thread_id: ThreadID = 0,
+) -> MessageText:
+    """A range of one message's text as posted, by seq: what a masked result's placeholder or an
+    elision's note ("seq 57, chars 2,000-14,345") points at. Page through a long text with
+    next_start."""
+    return await messages.text(uuid, seq, start, end, max_bytes, thread_id)

@@ -488,24 +488,33 @@ class MessagePage(BaseModel):
     )
 
 
-class RecalledMessage(BaseModel):
-    """One message of the history by seq, as text: a range of its characters, capped in bytes
-    so that a huge tool output never floods the reader's window."""
+class MessageText(BaseModel):
+    """A range of one message's text, as posted: what an elision's or a mask's handle points at."""
 
     seq: int
-    role: str | None = Field(description="null for a rewind marker.")
-    timestamp: str
-    tokens: int
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    text: str = Field(
-        description="Characters [start, end) of the message's text: its content (text parts "
-        "joined by line breaks), then one line per tool call it makes."
+    role: str | None = Field(description="Null for a rewind marker.")
+    tool_call_id: str | None = Field(None, description="On a tool result: the call it answers.")
+    tool_name: str | None = Field(None, description="On a tool result, when the agent sent it.")
+    marker: str | None = Field(
+        None, description="On a compaction's record (summary, truncation, ...): its kind."
     )
-    start: int
-    end: int
-    total_chars: int
-    more: bool = Field(description="Whether text follows end: ask again with start=end.")
+    tool_calls: list[ToolCall] | None = Field(
+        None, description="On an assistant message that calls tools: its calls, whole."
+    )
+    text: str = Field(
+        description="Characters [start, end) of the message's text: its content as one string "
+        "(the texts of its parts joined by newlines, a stand-in for an image)."
+    )
+    total_chars: int = Field(description="The length of the whole text, in characters.")
+    start: int = Field(description="The first character returned.")
+    end: int = Field(description="One past the last character returned.")
+    cut: bool = Field(
+        description="Whether max_bytes stopped the text before the end asked for (or the end of "
+        "the text)."
+    )
+    next_start: int | None = Field(
+        description="Pass as start for the rest of the range; null when nothing of it is left."
+    )
 
 
 class HistoryHit(BaseModel):

@@ -6,8 +6,10 @@ from typing import Any, BinaryIO
 import orjson
 
 from app.config import Settings
+from app.context.files import record_at
 from app.context.store import ContextStore
-from app.errors import ErrorCode, MessageNotFound, TooLarge
+from app.errors import ErrorCode, InvalidInput, MessageNotFound, TooLarge
+from app.formats.parts import content_text, stand_in
 from app.messages.schemas import (
     AppendResult,
     HistoryHit,
@@ -15,14 +17,17 @@ from app.messages.schemas import (
     MessageIn,
     MessagePage,
     MessageRecord,
-    RecalledMessage,
+    MessageText,
+    ToolCall,
 )
-from app.messages.text import excerpt, message_text, snippet
+from app.messages.text import message_text, snippet
 from app.observability.metrics import Metrics
-from app.storage.jsonl import iter_lines, offset_after_seq, read_page, read_record
+from app.storage.jsonl import iter_lines, offset_after_seq, read_page
 
-RECALL_MAX_BYTES = 32 * 1024  # the most text one recall returns, whatever range is asked
 SNIPPET_CHARS = 160
+# A message's text is served at most this many bytes at a time (a range pages on beyond).
+DEFAULT_TEXT_BYTES = 16_384
+MAX_TEXT_BYTES = 262_144
 
 
 class MessageService:
@@ -82,34 +87,28 @@ class MessageService:
             next_after_seq=next_after,
         )
 
-    async def recall(
-        self, task_uuid: str, seq: int, *, start: int, max_chars: int, thread_id: int = 0
-    ) -> RecalledMessage:
-        """Characters [start, start + max_chars) of message ``seq``'s text, at most
-        RECALL_MAX_BYTES of them; the file is read at that one line."""
+    async def text(
+        self,
+        task_uuid: str,
+        seq: int,
+        start: int,
+        end: int | None,
+        max_bytes: int,
+        thread_id: int = 0,
+    ) -> MessageText:
+        """Characters [start, end) of message ``seq``'s text as posted, at most ``max_bytes``
+        of them in UTF-8: what the handle of a masked or elided span points at. The record is
+        found by bisection on seq, so only its own line is read."""
         snapshot = await self.store.snapshot(task_uuid, "messages", thread_id)
         try:
             record = await asyncio.to_thread(
-                read_record, snapshot.handle, "seq", seq, snapshot.head.messages_bytes
+                record_at, snapshot.handle, seq, snapshot.head.messages_bytes
             )
         finally:
             snapshot.close()
         if record is None:
             raise MessageNotFound(task_uuid, thread_id, seq, snapshot.head.last_seq)
-        part = excerpt(message_text(record), start, max_chars, RECALL_MAX_BYTES)
-        return RecalledMessage(
-            seq=seq,
-            role=record.get("role"),
-            timestamp=record["timestamp"],
-            tokens=record.get("tokens", 0),
-            tool_call_id=record.get("tool_call_id"),
-            tool_name=record.get("tool_name"),
-            text=part.text,
-            start=part.start,
-            end=part.end,
-            total_chars=part.total_chars,
-            more=part.end < part.total_chars,
-        )
+        return text_range(record, start, end, max_bytes)
 
     async def search(
         self, task_uuid: str, query: str, *, after_seq: int, limit: int, thread_id: int = 0
@@ -133,6 +132,43 @@ class MessageService:
             hits=hits,
             next_after_seq=hits[-1].seq if len(hits) == limit else None,
         )
+
+
+def text_range(record: dict[str, Any], start: int, end: int | None, max_bytes: int) -> MessageText:
+    """The range of the record's text, cut to ``max_bytes`` (on a character boundary)."""
+    # The text elision measures its cuts in (app/compaction/service.py ``elided``), so that a
+    # handle's character range means the same here.
+    text = content_text(record.get("content"), non_text=stand_in)
+    total = len(text)
+    stop = total if end is None else min(end, total)
+    if start > total or stop < start:
+        raise InvalidInput(
+            f"the range [{start}, {end}) is not within the text of seq {record['seq']}: start "
+            f"must be at most {total} and end at least start",
+            code=ErrorCode.INVALID_RANGE,
+            details={"start": start, "end": end, "total_chars": total},
+        )
+    shown = text[start:stop]
+    encoded = shown.encode()
+    cut = len(encoded) > max_bytes
+    if cut:  # a character the cap splits is left out whole
+        shown = encoded[:max_bytes].decode(errors="ignore")
+    returned_end = start + len(shown)
+    return MessageText(
+        seq=record["seq"],
+        role=record.get("role"),
+        tool_call_id=record.get("tool_call_id"),
+        tool_name=record.get("tool_name"),
+        marker=record.get("marker"),
+        tool_calls=[ToolCall.model_validate(call) for call in record.get("tool_calls") or ()]
+        or None,
+        text=shown,
+        total_chars=total,
+        start=start,
+        end=returned_end,
+        cut=cut,
+        next_start=returned_end if returned_end < stop else None,
+    )
 
 
 def _search(f: BinaryIO, query: str, after_seq: int, limit: int, end: int) -> list[HistoryHit]:

@@ -1,7 +1,6 @@
-"""A history record as plain text, and bounded pieces of it: what recalling a message and
-searching the history show an agent. Pure."""
+"""A history record as plain text, and a snippet of it around a match: what searching the
+history shows an agent. Pure."""
 
-from dataclasses import dataclass
 from typing import Any
 
 # How parts that are not text read in the plain text of a message.
@@ -31,25 +30,6 @@ def message_text(record: dict[str, Any]) -> str:
             f"({function.get('arguments', '')})]"
         )
     return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Excerpt:
-    text: str
-    start: int  # the first character's index in the whole text
-    end: int  # the index after the last character
-    total_chars: int
-
-
-def excerpt(text: str, start: int, max_chars: int, max_bytes: int) -> Excerpt:
-    """At most ``max_chars`` characters of ``text`` from ``start``, cut further (on a character
-    boundary) to at most ``max_bytes`` bytes of UTF-8."""
-    piece = text[start : start + max_chars]
-    encoded = piece.encode()
-    if len(encoded) > max_bytes:
-        piece = encoded[:max_bytes].decode(errors="ignore")  # drops a character cut in two
-    begin = min(start, len(text))
-    return Excerpt(text=piece, start=begin, end=begin + len(piece), total_chars=len(text))
 
 
 def snippet(text: str, at: int, length: int, width: int) -> str:

@@ -136,17 +136,6 @@ def read_page(
     return records
 
 
-def read_record(f: BinaryIO, key: str, value: int, end: int) -> dict[str, Any] | None:
-    """The record whose ``key`` is ``value`` in [0, end) of an open file (found by bisection,
-    reading one line), or None when there is none."""
-    start = offset_after_seq(f, key, value - 1, end)
-    if start >= end:
-        return None
-    f.seek(start)
-    record: dict[str, Any] = orjson.loads(f.readline())
-    return record if record.get(key) == value else None
-
-
 def repair_tail(path: Path, start: int | None = None, *, fsync: bool, context: str) -> int:
     """Cut whatever after ``start`` is not a whole, parsable line; return the new size.
 

@@ -3,9 +3,16 @@
 import re
 
 ELLIPSIS = "…"
-# The note an elision puts where it cut the middle of a message, on a line of its own.
-ELISION_TEXT = "\n[... {cut} characters elided to fit the context window ...]\n"
-ELISION_LINE_RE = re.compile(re.escape(ELISION_TEXT.strip()).replace(re.escape("{cut}"), r"[\d,]+"))
+# The note an elision puts where it cut the middle of a message, on a line of its own; with a
+# handle when the cut text is the message's as posted: characters [start, end) of the text of
+# that seq, which GET /tasks/{uuid}/messages/{seq} (and the context_expand tool) shows again.
+ELISION_TEXT = "\n[... {cut} characters elided to fit the context window{handle} ...]\n"
+ELISION_HANDLE = " (seq {seq}, chars {start:,}-{end:,})"
+# Notes written before handles had none: both read as a note.
+ELISION_LINE_RE = re.compile(
+    r"\[\.\.\. [\d,]+ characters elided to fit the context window"
+    r"(?: \(seq \d+, chars [\d,]+-[\d,]+\))? \.\.\.\]"
+)
 
 
 def normalize(text: str) -> str:

@@ -20,6 +20,7 @@ from app.db.models import ContextHead, Task
 from app.errors import Conflict, ErrorCode, InvalidInput
 from app.formats.anthropic import IDS_AS_POSTED
 from app.inheritance.service import InheritanceService, Inherited
+from app.messages.expand_tool import EXPAND_TOOL
 from app.tasks.repository import running_siblings
 from app.tasks.schemas import TaskCreate
 from app.tasks.service import TaskService
@@ -133,8 +134,7 @@ class TaskCreation:
         now = datetime.now(UTC)
         counting = self.counting
         tools_openai, tools_other = await asyncio.to_thread(
-            counting.costs(counter_name).tools,
-            [t.model_dump(exclude_none=True) for t in body.tools or []],
+            counting.costs(counter_name).tools, payload_tools(body)
         )
         task = Task(
             uuid=task_uuid,
@@ -152,6 +152,7 @@ class TaskCreation:
             hooks=body.hooks,
             compaction=body.compaction.model_dump(exclude_none=True) if body.compaction else None,
             pin_plan=body.pin_plan,
+            expand_tool=body.expand_tool,
             plan_tokens=0,
             format_plan_tokens={},
             token_counter=counter_name,
@@ -222,7 +223,7 @@ class TaskCreation:
                 "max_output_tokens": task.max_output_tokens,
                 "compression_threshold": self.settings.compaction.condense_threshold,
             },
-            "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
+            "tools": payload_tools(body),
             "request_defaults": body.request_defaults,
             # Tool ids reach Anthropic payloads as posted: this task's messages are counted for
             # that (older tasks' were not, and keep canonical ids).
@@ -236,6 +237,17 @@ class TaskCreation:
 def _fingerprint(body: TaskCreate) -> str:
     # Options added since the first release count only when set, so a re-POST of a task
     # created before them still matches its stored fingerprint.
-    later = {name for name in ("hooks", "pin_plan", "compaction") if not getattr(body, name)}
+    later = {
+        name
+        for name in ("hooks", "pin_plan", "compaction", "expand_tool")
+        if not getattr(body, name)
+    }
     data = body.model_dump(mode="json", exclude={"uuid", *later})
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def payload_tools(body: TaskCreate) -> list[dict[str, Any]]:
+    """The tools every payload of the task offers: the agent's, then context_expand if asked
+    for (counted and rendered like the agent's own)."""
+    tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
+    return [*tools, EXPAND_TOOL] if body.expand_tool else tools

@@ -52,6 +52,7 @@ def task_out(view: TaskView, cls: type[TaskOut] = TaskOut) -> TaskOut:
         inherited_from=task.inherited_from,
         hooks=task.hooks or [],
         pin_plan=task.pin_plan,
+        expand_tool=task.expand_tool,
         statistics=TaskStatistics(
             total_messages=task.total_messages,
             llm_call_count=task.llm_call_count,

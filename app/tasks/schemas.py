@@ -4,12 +4,13 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.config import CompactionTier, check_tiers
 from app.db.base import DBJSON, DBText
 from app.inheritance.schemas import InheritanceRecord
 from app.lifecycle import TaskStatus
+from app.messages.expand_tool import EXPAND_TOOL_NAME
 from app.task_key import TaskKey
 
 # Payload keys the service itself sets; request defaults may not override them.
@@ -121,6 +122,14 @@ class TaskCreate(BaseModel):
         description="Keep the latest planning entry in every payload, right after the first user "
         "message, counted in the budget: compaction never loses the current plan.",
     )
+    expand_tool: bool = Field(
+        False,
+        strict=True,
+        description=f"Offer the model the {EXPAND_TOOL_NAME} tool in every payload (counted in "
+        "the budget like the task's tools): it shows again what a masked result's placeholder or "
+        "an elision's note points at. The agent answers a call from "
+        "GET /tasks/{uuid}/messages/{seq}.",
+    )
     compaction: CompactionChoice | None = Field(
         None,
         description="This task's own compaction: its tiers in order and how many of the newest "
@@ -132,6 +141,16 @@ class TaskCreate(BaseModel):
     @classmethod
     def _each_hook_once(cls, value: list[str]) -> list[str]:
         return list(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _expand_tool_name_free(self) -> "TaskCreate":
+        names = {tool.function.name for tool in self.tools or ()}
+        if self.expand_tool and EXPAND_TOOL_NAME in names:
+            raise ValueError(
+                f"tools may not define {EXPAND_TOOL_NAME} when expand_tool is true: the service "
+                "adds its own"
+            )
+        return self
 
     @field_validator("request_defaults")
     @classmethod
@@ -188,6 +207,7 @@ class TaskOut(BaseModel):
     inherited_from: str | None
     hooks: list[str]
     pin_plan: bool
+    expand_tool: bool
     statistics: TaskStatistics
     context: ContextSummary | None = Field(
         None, description="Present on single-task answers, absent in lists."

@@ -266,7 +266,11 @@ async def test_a_hostile_uuid_on_every_task_route(
     value = fill(UUID_JUNK[name], world)
     answers: dict[str, str] = {}
     for method, path in task_routes():
-        raw_path = path.replace("{uuid}", value).replace("{thread_id}", str(world.thread_id))
+        raw_path = (
+            path.replace("{uuid}", value)
+            .replace("{thread_id}", str(world.thread_id))
+            .replace("{seq}", "1")
+        )
         response = await raw(app, method, raw_path, body=BODIES.get((method, path)))
         answers[f"{method} {path}"] = refused(response, tmp_path)
     if name in NOT_FOUND:
@@ -295,7 +299,7 @@ async def test_an_unknown_uuid_leaves_nothing_behind(
     left: dict[str, list[str]] = {}
     for method, path in task_routes():
         unknown = str(uuid_module.uuid4())
-        raw_path = path.format(uuid=unknown, thread_id=world.thread_id)
+        raw_path = path.format(uuid=unknown, thread_id=world.thread_id, seq=1)
         response = await raw(app, method, raw_path, body=BODIES.get((method, path)))
         assert refused(response, context_dir) == unknown_task_answer(f"{method} {path}")
         naming = paths_naming(context_dir, unknown)
@@ -323,7 +327,7 @@ async def test_a_hostile_thread_id(
         answers[f"{method} {path}"] = refused(response, tmp_path)
     assert thread_query_routes()
     for method, path in thread_query_routes() if junk != "0" else ():  # 0 is the root there
-        raw_path = path.replace("{uuid}", world.uuid)
+        raw_path = path.replace("{uuid}", world.uuid).replace("{seq}", "1")
         response = await raw(
             app, method, raw_path, f"thread_id={junk}", body=BODIES.get((method, path))
         )

@@ -127,9 +127,13 @@ class World:
     job_id: int
 
     def url(self, path: str, tenant: str = "bob@github", uuid: str | None = None) -> str:
-        """The path template filled for this tenant's task (or ``uuid``), thread and the job."""
+        """The path template filled for this tenant's task (or ``uuid``), thread, the job and
+        the first message."""
         return path.format(
-            uuid=uuid or self.tasks[tenant], thread_id=self.threads[tenant], job_id=self.job_id
+            uuid=uuid or self.tasks[tenant],
+            thread_id=self.threads[tenant],
+            job_id=self.job_id,
+            seq=1,
         )
 
 

@@ -35,6 +35,7 @@ MIRRORS = {
     "Job": "JobOut",
     "JobPage": "JobPage",
     "MessagePage": "MessagePage",
+    "MessageText": "MessageText",
     "MessageRecord": "MessageRecord",
     "PlanEntry": "PlanEntry",
     "PlanItem": "PlanItem",

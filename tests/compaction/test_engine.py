@@ -38,11 +38,11 @@ Message = dict[str, Any]
 
 SYSTEM = {"role": "system", "content": SYSTEM_PROMPT}
 INSTRUCTION = {"role": "user", "content": "Fix the failing tests in src/ and explain the fix."}
-SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages)]\n"
+SUMMARY_HEADER = "[Summary of the earlier conversation ({count} messages, seq {first}-{last})]\n"
 ELISION_TEXT = "characters elided to fit the context window"
 MARKER_COUNT = (
     r"\[Sliding window truncation: (\d+) messages hidden"
-    r"|\[Summary of the earlier conversation \((\d+) messages\)\]"
+    r"|\[Summary of the earlier conversation \((\d+) messages, seq \d+-\d+\)\]"
 )
 
 
@@ -146,7 +146,7 @@ async def test_condense_replaces_the_middle_with_one_summary(
     assert messages[:2] == [SYSTEM, INSTRUCTION]
     summary = messages[2]
     assert summary["role"] == "user"
-    assert summary["content"].startswith(SUMMARY_HEADER.format(count=14))
+    assert summary["content"].startswith(SUMMARY_HEADER.format(count=14, first=3, last=16))
     assert "src/mod0.py" in summary["content"]  # the digest speaks of the hidden span
     assert messages[3:] == posted[-6:]
     assert len(messages) == len(before["messages"]) - 14 + 1
@@ -201,7 +201,9 @@ async def test_auto_strategy_condenses_keeping_exactly_the_last_five(
     assert outcome["hidden_messages"] == 16 - 2 - 5
     body, _, _ = await payload(client, uuid)
     assert body["messages"][:2] == [SYSTEM, INSTRUCTION]
-    assert body["messages"][2]["content"].startswith(SUMMARY_HEADER.format(count=9))
+    assert body["messages"][2]["content"].startswith(
+        SUMMARY_HEADER.format(count=9, first=3, last=11)
+    )
     assert body["messages"][3:] == posted[-5:]
 
 
@@ -332,7 +334,7 @@ async def test_truncate_hides_half_with_a_marker(
     quoted = [f"- [seq {seq}] {posted[seq - 2]['content'][:239].rstrip()}…" for seq in (4, 6, 8)]
     text = "\n".join(
         [
-            "[Sliding window truncation: 6 messages hidden to reduce context]",
+            "[Sliding window truncation: 6 messages hidden to reduce context (seq 3-8)]",
             "User requests:",
             *quoted,
         ]
@@ -382,7 +384,7 @@ async def test_a_second_truncation_counts_the_messages_the_first_one_hid(
     body, _, _ = await payload(client, uuid)
     # The first marker's quotes carried along (no user message among the turn it adds).
     first_text = (await all_messages(client, uuid))[-2]["content"]
-    text = first_text.replace("6 messages hidden", "7 messages hidden")
+    text = first_text.replace("6 messages hidden", "7 messages hidden").replace("3-8)", "3-9)")
     assert text.count("- [seq ") == 3
     assert body["messages"] == [SYSTEM, INSTRUCTION, {"role": "user", "content": text}, *posted[8:]]
     # Every message is either shown or counted by exactly one marker shown.
@@ -449,7 +451,7 @@ async def test_truncating_behind_a_summary_keeps_the_summary(
     assert outcome["tokens_after"] < outcome["tokens_before"]
     body, tokens, _ = await payload(client, uuid)
     assert tokens == outcome["tokens_after"]
-    text = "[Sliding window truncation: 4 messages hidden to reduce context]"
+    text = "[Sliding window truncation: 4 messages hidden to reduce context (seq 17-20)]"
     assert body["messages"] == [
         SYSTEM,
         INSTRUCTION,

@@ -12,7 +12,6 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from app.messages.service import RECALL_MAX_BYTES
 from tests.support.mcp import call, http_session, read_json, refusal
 from tests.support.postgres import PostgresDatabases
 from tests.support.server import Server, server_of_its_own
@@ -26,6 +25,7 @@ ADA_KEY = "mcp-test-ada-key-0123456789"  # an agent key for user ada's tasks onl
 MISSING = "00000000-0000-4000-8000-000000000000"
 # A tool output far larger than one recall may return: 2 bytes a character, the needle at its end.
 BIG_OUTPUT = "é" * 40_000 + " Traceback: NeedleError at line 7"
+RECALL_BYTES = 32 * 1024  # a range's byte cap in the test: the output takes three and a bit
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +183,8 @@ async def test_recall_message_returns_a_range_within_the_byte_cap(
     async with http_session(live.base_url, ADA_KEY) as session:
         request = await call(session, "recall_message", uuid=ada_task, seq=2)
         tool_call = await call(session, "recall_message", uuid=ada_task, seq=3)
-        ranges = [await call(session, "recall_message", uuid=ada_task, seq=4, max_chars=100)]
-        while ranges[-1]["more"]:
+        ranges = [await call(session, "recall_message", uuid=ada_task, seq=4, end=100)]
+        while ranges[-1]["end"] < ranges[-1]["total_chars"]:
             ranges.append(
                 await call(
                     session,
@@ -192,18 +192,27 @@ async def test_recall_message_returns_a_range_within_the_byte_cap(
                     uuid=ada_task,
                     seq=4,
                     start=ranges[-1]["end"],
-                    max_chars=RECALL_MAX_BYTES,
+                    max_bytes=RECALL_BYTES,
                 )
             )
+        rest = await rest_get(live, f"/tasks/{ada_task}/messages/4?end=100")
     assert request["text"] == "Fix the Parser in src/parser.py"
-    assert (request["role"], request["more"]) == ("user", False)
-    assert tool_call["text"] == '[tool call call_1: run_tests({"path": "tests/"})]'
+    assert (request["role"], request["next_start"]) == ("user", None)
+    assert tool_call["tool_calls"] == [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "run_tests", "arguments": '{"path": "tests/"}'},
+        }
+    ]
     first = ranges[0]
+    assert first == rest  # the tool and the REST route answer alike
     assert (first["role"], first["tool_call_id"]) == ("tool", "call_1")
     assert (first["start"], first["end"], first["total_chars"]) == (0, 100, len(BIG_OUTPUT))
-    # 2-byte characters: past max_chars=100, the byte cap ends each range.
-    assert [r["end"] - r["start"] for r in ranges[1:-1]] == [RECALL_MAX_BYTES // 2] * 2
-    assert all(len(r["text"].encode()) <= RECALL_MAX_BYTES for r in ranges)
+    # 2-byte characters: the byte cap ends each range, and says where the next one starts.
+    assert [r["end"] - r["start"] for r in ranges[1:-1]] == [RECALL_BYTES // 2] * 2
+    assert all(r["cut"] and r["next_start"] == r["end"] for r in ranges[1:-1])
+    assert all(len(r["text"].encode()) <= RECALL_BYTES for r in ranges)
     assert "".join(r["text"] for r in ranges) == BIG_OUTPUT
 
 

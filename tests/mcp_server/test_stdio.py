@@ -76,7 +76,7 @@ async def test_every_tool_over_stdio_on_the_services_storage(
         tools = {tool.name for tool in (await session.list_tools()).tools}
         updated = await call(session, "update_plan", uuid=uuid, items=items)
         plan = await call(session, "get_plan", uuid=uuid)
-        recalled = await call(session, "recall_message", uuid=uuid, seq=2, start=11, max_chars=6)
+        recalled = await call(session, "recall_message", uuid=uuid, seq=2, start=11, end=17)
         found = await call(session, "search_history", uuid=uuid, query="WIDGET")
         budget = await call(session, "context_budget", uuid=uuid)
     assert tools == {

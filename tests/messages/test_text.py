@@ -1,6 +1,6 @@
 """A history record as plain text, and the bounded pieces of it recall and search show."""
 
-from app.messages.text import excerpt, message_text, snippet
+from app.messages.text import message_text, snippet
 
 
 def test_the_text_of_a_message_names_its_parts_and_tool_calls() -> None:
@@ -23,15 +23,6 @@ def test_the_text_of_a_message_names_its_parts_and_tool_calls() -> None:
         'Looking at it.\n[image]\n[tool call call_1: read_file({"path": "a.py"})]'
     )
     assert message_text({"seq": 9, "type": "marker", "marker": "rewind"}) == ""
-
-
-def test_an_excerpt_keeps_to_its_characters_and_its_bytes() -> None:
-    text = "ab" + "é" * 10
-    assert excerpt(text, 1, 4, 100).text == "bééé"
-    capped = excerpt(text, 2, 10, 5)  # 2 bytes a character: 2 whole ones, never half of one
-    assert (capped.text, capped.start, capped.end, capped.total_chars) == ("éé", 2, 4, 12)
-    past = excerpt(text, 50, 10, 100)
-    assert (past.text, past.start, past.end) == ("", 12, 12)
 
 
 def test_a_snippet_is_one_line_around_the_match() -> None:

@@ -555,7 +555,7 @@ def test_the_facts_a_truncation_marker_listed_join_the_digest() -> None:
     facts.add("User requests", "[seq 4] Keep the old date format working.")
     facts.add("Files", "src/dates.py")
     facts.add("Errors", "ValueError: NULL date at row 5")
-    content = truncation_text(6, facts, COUNTER, 10_000)
+    content = truncation_text(6, (4, 9), facts, COUNTER, 10_000)
     records = [
         {"type": MARKER_TYPE, "seq": 9, "role": "user", "content": content, "marker": "truncation"},
         {"seq": 10, "role": "user", "content": "Now add a test for it."},
@@ -570,7 +570,14 @@ def test_the_facts_a_truncation_marker_listed_join_the_digest() -> None:
     assert digest.startswith("Extractive digest of 1 messages (seq 10-10): 1 user")
 
 
-def test_a_list_cut_by_an_elision_keeps_the_items_after_the_cut() -> None:
+@pytest.mark.parametrize(
+    "note",
+    [
+        "[... 1,234 characters elided to fit the context window (seq 57, chars 2,000-3,234) ...]",
+        "[... 1,234 characters elided to fit the context window ...]",  # before handles
+    ],
+)
+def test_a_list_cut_by_an_elision_keeps_the_items_after_the_cut(note: str) -> None:
     """The item the cut began in is marked as cut; the items after the cut are still read."""
     text = "\n".join(
         [
@@ -578,7 +585,7 @@ def test_a_list_cut_by_an_elision_keeps_the_items_after_the_cut() -> None:
             "Files:",
             "- src/a.py",
             "- src/very/long/pa",
-            "[... 1,234 characters elided to fit the context window ...]",
+            note,
             "th/b.py",
             "- src/c.py",
             "Errors:",

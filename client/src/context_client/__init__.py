@@ -24,12 +24,14 @@ from context_client.errors import (
     TooLargeError,
     ValidationError,
 )
+from context_client.expand import EXPAND_TOOL_NAME
 from context_client.replies import anthropic_reply, ollama_reply, openai_reply
 from context_client.retry import RetryPolicy
 from context_client.sdk import sdk_kwargs
 
 __all__ = [
     "DEFAULT_URL",
+    "EXPAND_TOOL_NAME",
     "APIError",
     "AsyncContextClient",
     "AuthenticationError",

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import httpx
 
-from context_client.errors import ServiceUnreachableError, error_from_response
+from context_client.errors import APIError, ServiceUnreachableError, error_from_response
 
 T = TypeVar("T")
 
@@ -37,6 +37,8 @@ class Call(Generic[T]):
     json: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
     idempotent: bool = True
+    # An error answer read as an answer after all (None: it stays an error).
+    recover: Callable[[APIError], T | None] | None = None
 
     def request_options(self) -> dict[str, Any]:
         """Keyword arguments of httpx's ``request()``."""
@@ -62,7 +64,11 @@ class Call(Generic[T]):
             ) from outcome
         if outcome.is_success:
             return self.parse(outcome)
-        raise error_from_response(outcome)
+        error = error_from_response(outcome)
+        recovered = None if self.recover is None else self.recover(error)
+        if recovered is None:
+            raise error
+        return recovered
 
 
 def path(*segments: str | int) -> str:

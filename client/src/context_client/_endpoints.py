@@ -27,7 +27,7 @@ from typing import (
 
 import httpx
 
-from context_client import replies
+from context_client import expand, replies
 from context_client._calls import Call, decoded, nothing, path, present, query
 from context_client.sdk import SDK, sdk_kwargs
 from context_client.types import (
@@ -43,6 +43,7 @@ from context_client.types import (
     JobPage,
     JobStatus,
     MessagePage,
+    MessageText,
     PayloadFormat,
     PlanEntry,
     PlanItemIn,
@@ -183,6 +184,7 @@ class Endpoints:
         summary_backend: str | None = None,
         hooks: Sequence[str] | None = None,
         pin_plan: bool | None = None,
+        expand_tool: bool | None = None,
         compaction: CompactionChoice | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Call[TaskCreated]:
@@ -204,6 +206,7 @@ class Endpoints:
             summary_backend=summary_backend,
             hooks=None if hooks is None else list(hooks),
             pin_plan=pin_plan,
+            expand_tool=expand_tool,
             compaction=compaction,
             metadata=None if metadata is None else dict(metadata),
         )
@@ -308,6 +311,40 @@ class Endpoints:
         ``after_seq`` for the next one (None: this was the last)."""
         params = query(after_seq=after_seq or None, limit=limit, thread_id=_thread(thread_id))
         return Call("GET", path("tasks", uuid, "messages"), decoded, params=params)
+
+    @endpoint
+    def message_text(
+        self,
+        uuid: str,
+        seq: int,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        max_bytes: int | None = None,
+        thread_id: int = 0,
+    ) -> Call[MessageText]:
+        """Characters [start, end) of message ``seq``'s text as posted, at most ``max_bytes``
+        of it (the service's default: 16 KiB); ``next_start`` goes on where it stopped."""
+        params = query(
+            start=start or None, end=end, max_bytes=max_bytes, thread_id=_thread(thread_id)
+        )
+        return Call("GET", path("tasks", uuid, "messages", seq), decoded, params=params)
+
+    @endpoint
+    def expand_result(
+        self, uuid: str, tool_call: Mapping[str, Any], *, thread_id: int = 0
+    ) -> Call[ChatMessage]:
+        """The tool result that answers the model's ``context_expand`` call (in OpenAI's shape,
+        as ``RecordedReply.tool_calls`` has it): the span it asks for, or why the service
+        refused it (an unknown seq, a bad range); append it like any tool result."""
+        seq, params = expand.expand_query(tool_call)
+        return Call(
+            "GET",
+            path("tasks", uuid, "messages", seq),
+            lambda response: expand.expand_result_message(tool_call, response.json()),
+            params={**params, "thread_id": _thread(thread_id)},
+            recover=lambda error: expand.expand_refusal(tool_call, error),
+        )
 
     # -- LLM helpers -----------------------------------------------------------------------
 

@@ -90,6 +90,23 @@ class MessagePage(TypedDict):
     next_after_seq: int | None
 
 
+class MessageText(TypedDict):
+    """Characters [start, end) of a message's text as posted (GET /messages/{seq})."""
+
+    seq: int
+    role: str | None
+    tool_call_id: str | None
+    tool_name: str | None
+    marker: str | None
+    tool_calls: list[ToolCall] | None
+    text: str
+    total_chars: int
+    start: int
+    end: int
+    cut: bool
+    next_start: int | None
+
+
 # -- tasks -----------------------------------------------------------------------------------
 
 
@@ -139,6 +156,7 @@ class Task(TypedDict):
     inherited_from: str | None
     hooks: list[str]
     pin_plan: bool
+    expand_tool: bool
     statistics: TaskStatistics
     context: ContextSummary | None  # null in lists
 
