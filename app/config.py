@@ -266,6 +266,13 @@ class CompactionSettings(_Group):
     request_condense_timeout_s: float = Field(
         20.0, gt=0, description="How long GET /request waits for a condense before truncating."
     )
+    summarizer_processes: int = Field(
+        1,
+        ge=0,
+        description="Processes that compute a condense's extractive digest, started at the "
+        "first condense; 0: a worker thread of the service's process (appends meanwhile wait "
+        "for the interpreter).",
+    )
 
     @field_validator("tiers", mode="before")
     @classmethod
