@@ -509,6 +509,7 @@ LEGACY_ENV: dict[str, tuple[str, str]] = {
     "SUMMARY_MAX_TOKENS": ("compaction", "summary_max_tokens"),
     "SUMMARY_MAX_SHARE": ("compaction", "summary_max_share"),
     "REQUEST_CONDENSE_TIMEOUT_S": ("compaction", "request_condense_timeout_s"),
+    "SUMMARIZER_PROCESSES": ("compaction", "summarizer_processes"),
     "CALIBRATION_MIN": ("calibration", "min"),
     "CALIBRATION_MAX": ("calibration", "max"),
     "CALIBRATION_SMOOTHING": ("calibration", "smoothing"),
