@@ -273,6 +273,13 @@ class CompactionSettings(_Group):
         "first condense; 0: a worker thread of the service's process (appends meanwhile wait "
         "for the interpreter).",
     )
+    summarizer_niceness: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Added to the service's niceness in its summariser processes: the "
+        "scheduler gives the service's requests the CPU before a digest.",
+    )
 
     @field_validator("tiers", mode="before")
     @classmethod
@@ -510,6 +517,7 @@ LEGACY_ENV: dict[str, tuple[str, str]] = {
     "SUMMARY_MAX_SHARE": ("compaction", "summary_max_share"),
     "REQUEST_CONDENSE_TIMEOUT_S": ("compaction", "request_condense_timeout_s"),
     "SUMMARIZER_PROCESSES": ("compaction", "summarizer_processes"),
+    "SUMMARIZER_NICENESS": ("compaction", "summarizer_niceness"),
     "CALIBRATION_MIN": ("calibration", "min"),
     "CALIBRATION_MAX": ("calibration", "max"),
     "CALIBRATION_SMOOTHING": ("calibration", "smoothing"),

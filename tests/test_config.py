@@ -145,6 +145,7 @@ def test_a_variable_named_like_a_group_alone_is_not_read(monkeypatch: pytest.Mon
         ("FSYNC", "sometimes"),
         ("PORT", "0"),
         ("COMPACTION__SUMMARIZER_PROCESSES", "-1"),
+        ("SUMMARIZER_NICENESS", "20"),
     ],
 )
 def test_a_bad_value_names_its_variable(

@@ -104,3 +104,11 @@ async def test_closing_the_pool_ends_its_processes() -> None:
     await pool.close()
     assert not multiprocessing.active_children()
     assert not [pid for pid in pids if pid is not None and psutil.pid_exists(pid)]
+
+
+async def test_the_processes_run_at_a_lower_priority() -> None:
+    pool = SummaryProcesses(1, niceness=5)
+    try:
+        assert await pool.run(os.nice, 0) == min(19, os.nice(0) + 5)
+    finally:
+        await pool.close()
