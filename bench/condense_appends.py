@@ -135,22 +135,23 @@ def run(quick: bool, scratch: Path) -> Report:
             row = [mode, label, len(values), round(p50, 2), round(p99, 2), round(max(values), 1)]
             rows.append([*row, f"{ratio}x"])
             ratios[mode] = ratio
-    condenses = "; ".join(
+    condenses = [
         f"{mode}: {', '.join(f'{s:.2f}' for s in measured['condense_s'])} s "
-        f"(first {measured['first_condense_s']:.2f} s)"
+        f"(the first, of {WARM_UP_MESSAGES} messages: {measured['first_condense_s']:.2f} s)"
         for mode, measured in data.items()
-    )
+    ]
     table = Table(
         f"appends to a {messages:,}-message context, one agent: idle, and while it is condensed",
         ["summariser", "case", "appends", "p50 ms", "p99 ms", "max ms", "p99 / idle p99"],
         rows,
         [
-            f"p99 while condensing / idle: {ratios['process']}x with the digest in a summariser",
-            f"process, {ratios['thread']}x in a worker thread. One service of each, the same",
+            f"p99 while condensing / idle: {ratios['process']}x with the digest in a",
+            f"summariser process, {ratios['thread']}x in a worker thread. One service of each,",
             f"{rounds} rounds each, alternating: one agent appends to an idle context of that",
             "size, then to another while POST /compress condenses it (extractive summariser).",
-            f"The condenses took {condenses}; a first",
-            f"condense of {WARM_UP_MESSAGES} messages, before the rounds, started the process.",
+            "Before the rounds, each service condensed a small context (the summariser's",
+            "process starts then). The condenses took:",
+            *condenses,
         ],
     )
     return Report(

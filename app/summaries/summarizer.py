@@ -102,7 +102,8 @@ class SummaryBackend(Protocol):
         ...
 
     async def summarize(self, records: Iterable[dict[str, Any]], request: SummaryRequest) -> str:
-        """A summary of the records (consumed once, in a worker thread)."""
+        """A summary of the records (consumed once, in a worker thread; a condense's span may be
+        read by a summariser process instead)."""
         ...
 
 
@@ -243,8 +244,9 @@ class Summarizer:
         limit: SummaryLimit | None = None,
         plan: Sequence[ChecklistItem] | None = None,
     ) -> str:
-        """A summary of the records (consumed once, in a worker thread), with the condense
-        prompt unless another is given (the final summary's). ``kept``, a message the context
+        """A summary of the records (consumed once, in a worker thread, or read by a summariser
+        process when they are a condense's span), with the condense prompt unless another is
+        given (the final summary's). ``kept``, a message the context
         keeps (the task statement), is given along, marked as kept, not to be summarised;
         ``plan``, the current plan items, is given as recorded. With a ``limit``, the summary
         is at most that long, and a chat backend is asked for at most it."""
