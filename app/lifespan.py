@@ -109,11 +109,12 @@ def build_services(
     inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance.wait_s)
     tasks = TaskService(store, budgets, jobs, settings)
     creation = TaskCreation(tasks, store, budgets, inheritance, settings, frozenset(backends))
-    count, niceness = (
-        settings.compaction.summarizer_processes,
-        settings.compaction.summarizer_niceness,
+    processes = settings.compaction.summarizer_processes
+    summary_processes = (
+        SummaryProcesses(processes, niceness=settings.compaction.summarizer_niceness)
+        if processes
+        else None  # the digest in a worker thread
     )
-    summary_processes = SummaryProcesses(count, niceness=niceness) if count else None
     summarizer = Summarizer(
         backends=backends,
         # The summariser's window is the LLM's; what it costs is counted like a default task.
