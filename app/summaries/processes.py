@@ -12,6 +12,8 @@ import asyncio
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -23,6 +25,7 @@ Argument = TypeVar("Argument")
 Result = TypeVar("Result")
 
 START_METHOD = "spawn"
+WATCH_S = 1.0  # how often a process checks that the service that started it is still there
 
 
 class SummaryProcessLost(Exception):
@@ -45,7 +48,10 @@ class SummaryProcesses:
         if executor is None:
             context = multiprocessing.get_context(START_METHOD)
             executor = self._executor = ProcessPoolExecutor(
-                self.count, mp_context=context, initializer=os.nice, initargs=(self.niceness,)
+                self.count,
+                mp_context=context,
+                initializer=_started,
+                initargs=(self.niceness, os.getpid()),
             )
         try:
             return await asyncio.wrap_future(executor.submit(function, argument))
@@ -61,3 +67,16 @@ class SummaryProcesses:
         executor, self._executor = self._executor, None
         if executor is not None:
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+
+
+def _started(niceness: int, service: int) -> None:
+    """In each process as it starts: its priority, and a watch that ends it once ``service``
+    is gone (a service killed with -9 would leave it waiting for work for ever)."""
+    os.nice(niceness)
+    threading.Thread(target=_end_without, args=(service,), daemon=True).start()
+
+
+def _end_without(service: int) -> None:
+    while os.getppid() == service:
+        time.sleep(WATCH_S)
+    os._exit(1)

@@ -7,6 +7,7 @@ import asyncio
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -112,3 +113,36 @@ async def test_the_processes_run_at_a_lower_priority() -> None:
         assert await pool.run(os.nice, 0) == min(19, os.nice(0) + 5)
     finally:
         await pool.close()
+
+
+# A service that starts a summariser process, writes its pid to the file argv[1] names, then is
+# killed with -9.
+KILLED_SERVICE = """
+import asyncio, multiprocessing, os, pathlib, signal, sys
+from app.summaries.processes import SummaryProcesses
+
+async def main():
+    await SummaryProcesses(1).run(len, "abc")
+    (child,) = multiprocessing.active_children()
+    pathlib.Path(sys.argv[1]).write_text(str(child.pid))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main())
+"""
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def test_the_processes_end_when_the_service_is_killed(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    service = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", KILLED_SERVICE, str(pid_file), stdout=asyncio.subprocess.DEVNULL
+    )
+    assert await service.wait() == -signal.SIGKILL
+    pid = int(pid_file.read_text())
+    await until(lambda: gone(pid))
