@@ -266,6 +266,20 @@ class CompactionSettings(_Group):
     request_condense_timeout_s: float = Field(
         20.0, gt=0, description="How long GET /request waits for a condense before truncating."
     )
+    summarizer_processes: int = Field(
+        1,
+        ge=0,
+        description="Processes that compute a condense's extractive digest, started at the "
+        "first condense; 0: a worker thread of the service's process (appends meanwhile wait "
+        "for the interpreter).",
+    )
+    summarizer_niceness: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Added to the service's niceness in its summariser processes: the "
+        "scheduler gives the service's requests the CPU before a digest.",
+    )
 
     @field_validator("tiers", mode="before")
     @classmethod
@@ -502,6 +516,8 @@ LEGACY_ENV: dict[str, tuple[str, str]] = {
     "SUMMARY_MAX_TOKENS": ("compaction", "summary_max_tokens"),
     "SUMMARY_MAX_SHARE": ("compaction", "summary_max_share"),
     "REQUEST_CONDENSE_TIMEOUT_S": ("compaction", "request_condense_timeout_s"),
+    "SUMMARIZER_PROCESSES": ("compaction", "summarizer_processes"),
+    "SUMMARIZER_NICENESS": ("compaction", "summarizer_niceness"),
     "CALIBRATION_MIN": ("calibration", "min"),
     "CALIBRATION_MAX": ("calibration", "max"),
     "CALIBRATION_SMOOTHING": ("calibration", "smoothing"),

@@ -39,6 +39,7 @@ from app.proxy.wires import WireName
 from app.stats.service import StatsService
 from app.storage.layout import PLANNING, SUMMARIES, TOOLS, Layout
 from app.storage.locks import TaskLocks, process_locks
+from app.summaries.processes import SummaryProcesses
 from app.summaries.summarizer import Summarizer
 from app.tasks.creation import TaskCreation
 from app.tasks.repository import counter_names
@@ -64,6 +65,7 @@ class Services:
     planning: PlanningService
     summaries: JournalService
     compaction: CompactionService
+    summary_processes: SummaryProcesses | None
     jobs: JobQueue
     runner: JobRunner
     metrics: Metrics
@@ -107,6 +109,12 @@ def build_services(
     inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance.wait_s)
     tasks = TaskService(store, budgets, jobs, settings)
     creation = TaskCreation(tasks, store, budgets, inheritance, settings, frozenset(backends))
+    processes = settings.compaction.summarizer_processes
+    summary_processes = (
+        SummaryProcesses(processes, niceness=settings.compaction.summarizer_niceness)
+        if processes
+        else None  # the digest in a worker thread
+    )
     summarizer = Summarizer(
         backends=backends,
         # The summariser's window is the LLM's; what it costs is counted like a default task.
@@ -114,6 +122,7 @@ def build_services(
         prompt=settings.compaction.condense_prompt,
         backend_name=settings.compaction.condense_backend,
         max_tokens=settings.compaction.summary_max_tokens,
+        processes=summary_processes,
     )
     compaction = CompactionService(store, budgets, summarizer, settings, metrics=metrics)
     trigger = CondenseTrigger(budgets, jobs, compaction)
@@ -187,6 +196,7 @@ def build_services(
         ),
         summaries=summaries,
         compaction=compaction,
+        summary_processes=summary_processes,
         jobs=jobs,
         runner=runner,
         metrics=metrics,
@@ -263,6 +273,8 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
                 yield services
             finally:
                 await services.store.close()  # the heads appends left pending
+                if services.summary_processes is not None:
+                    await services.summary_processes.close()
     finally:
         await locks.close()
         await db.dispose()

@@ -40,8 +40,7 @@ from typing import Any, cast
 import httpx
 import orjson
 
-from app.compaction.service import span_records
-from app.context.files import ContextFiles, rebuild
+from app.context.files import ContextFiles, rebuild, span_records
 from app.storage.jsonl import append_bytes, iter_lines
 from app.storage.layout import Layout
 from app.summaries.digest import extractive_digest

@@ -18,6 +18,7 @@ CASES: list[tuple[str, str, Any]] = [
     ("MAX_BODY_BYTES", "2048", 2048),
     ("FSYNC", "never", "never"),
     ("COMPACTION_TIERS", "truncate, elide", ("truncate", "elide")),
+    ("SUMMARIZER_PROCESSES", "0", 0),
     ("CALIBRATION_MAX", "2.5", 2.5),
     ("JOB_LEASE_S", "7", 7.0),
     ("LOG_FORMAT", "json", "json"),
@@ -143,6 +144,8 @@ def test_a_variable_named_like_a_group_alone_is_not_read(monkeypatch: pytest.Mon
         ("THREADS__MAX_DEPTH", "99"),
         ("FSYNC", "sometimes"),
         ("PORT", "0"),
+        ("COMPACTION__SUMMARIZER_PROCESSES", "-1"),
+        ("SUMMARIZER_NICENESS", "20"),
     ],
 )
 def test_a_bad_value_names_its_variable(

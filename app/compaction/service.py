@@ -13,7 +13,7 @@ it is skipped if the span it summarised is no longer what the context shows.
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -28,7 +28,7 @@ from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
 from app.context.effective import MASK, is_marker, position
-from app.context.files import record_at, visible_records
+from app.context.files import RecordSpan, record_at, span_records, visible_records
 from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
 from app.context.shapes import Marker, MaskedResult, SummaryRecord
 from app.context.store import ContextStore, LockedTask
@@ -44,6 +44,7 @@ from app.storage.jsonl import iter_lines
 from app.storage.layout import PLANNING
 from app.summaries.collectors import grouped_errors
 from app.summaries.excerpts import ELISION_HANDLE, ELISION_TEXT, normalize
+from app.summaries.processes import SummaryProcessLost
 from app.summaries.summarizer import Summarizer, SummaryLimit
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
@@ -213,8 +214,9 @@ class CompactionService:
                         _read_entry, handle, instruction, head.messages_bytes
                     )
                 summary = await self.summarizer.summarize(
-                    span_records(
+                    RecordSpan(
                         handle,
+                        self.store.files(locked).messages,
                         head.messages_bytes,
                         entries[plan.start].position,
                         entries[plan.end - 1].position,
@@ -228,6 +230,8 @@ class CompactionService:
                 )
             except LLMError as exc:
                 raise CompactionFailed(str(exc), details={"backend": exc.backend}) from exc
+            except SummaryProcessLost as exc:
+                raise CompactionFailed(str(exc)) from exc
             finally:
                 handle.close()
             if not summary.strip():
@@ -896,14 +900,6 @@ def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:
 
 def _entries(f: BinaryIO, end: int, fmt: str) -> list[Entry]:
     return [Entry.of(record, fmt) for record in visible_records(f, end)]
-
-
-def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
-    """The visible records of seq ``low`` to ``high``: what a condense hands its summariser
-    (messages as posted, masked, cut or not: the summary is where their facts survive)."""
-    for record in visible_records(f, end, as_posted=True):
-        if low <= position(record) <= high:
-            yield record
 
 
 def _hidden_facts(f: BinaryIO, head: HeadState, hides: tuple[int, int]) -> HiddenFacts:

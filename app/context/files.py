@@ -268,6 +268,29 @@ def visible_records(f: BinaryIO, end: int, *, as_posted: bool = False) -> Iterat
     yield from effective.visible(records, active, as_posted=as_posted)
 
 
+def span_records(f: BinaryIO, end: int, low: int, high: int) -> Iterator[dict[str, Any]]:
+    """The visible records of seq ``low`` to ``high``: what a condense hands its summariser
+    (messages as posted, masked, cut or not: the summary is where their facts survive)."""
+    for record in visible_records(f, end, as_posted=True):
+        if low <= effective.position(record) <= high:
+            yield record
+
+
+@dataclass(frozen=True)
+class RecordSpan:
+    """:func:`span_records` of an open messages.jsonl, iterated here, and its path, for a
+    reader in another process that opens the file itself (the committed bytes never change)."""
+
+    handle: BinaryIO
+    path: Path
+    end: int
+    low: int
+    high: int
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return span_records(self.handle, self.end, self.low, self.high)
+
+
 def record_at(f: BinaryIO, seq: int, end: int) -> dict[str, Any] | None:
     """The record with this seq (bisection), or None."""
     offset = offset_after_seq(f, "seq", seq - 1, end)

@@ -8,19 +8,25 @@ a note that says so.
 """
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from app.config import DEFAULT_BACKEND, EXTRACTIVE
+from app.context.files import RecordSpan, span_records
 from app.context.records import openai_message
 from app.errors import ErrorCode, InvalidInput
 from app.formats.parts import content_text
 from app.llm.base import ChatBackend
 from app.planning.items import ChecklistItem, render_items
 from app.summaries.digest import digest_within, extractive_digest
+from app.summaries.processes import SummaryProcesses
 from app.tokens.accounting import content_tokens, message_tokens
-from app.tokens.counters import TextCounter
+from app.tokens.counters import TextCounter, counter_for
+
+log = logging.getLogger(__name__)
 
 # Roo Code's SUMMARY_PROMPT (six sections): the default condense prompt.
 DEFAULT_PROMPT = """\
@@ -95,29 +101,58 @@ class SummaryBackend(Protocol):
         """What it is, as summaries record it: "extractive" or "openai:gpt-4o-mini"."""
         ...
 
-    async def summarize(self, records: Iterator[dict[str, Any]], request: SummaryRequest) -> str:
-        """A summary of the records (consumed once, in a worker thread)."""
+    async def summarize(self, records: Iterable[dict[str, Any]], request: SummaryRequest) -> str:
+        """A summary of the records (consumed once, in a worker thread; a condense's span may be
+        read by a summariser process instead)."""
         ...
+
+
+@dataclass(frozen=True)
+class SpanDigest:
+    """A limited digest of a span of messages.jsonl, as another process computes it: the file
+    by its path (the process reads it itself), the limit's counter by its name."""
+
+    path: Path
+    end: int
+    low: int
+    high: int
+    max_tokens: int
+    counter: str
+    kept: dict[str, Any] | None
+    plan: tuple[ChecklistItem, ...] | None
 
 
 class ExtractiveSummaries:
     """The extractive digest (no LLM): sized to the limit, or to about four characters a token
-    asked for."""
+    asked for. With ``processes``, a condense's span (a :class:`RecordSpan`) is digested in one
+    of them, which reads the file itself; anything else in a worker thread."""
 
     label = EXTRACTIVE
 
-    async def summarize(self, records: Iterator[dict[str, Any]], request: SummaryRequest) -> str:
+    def __init__(self, processes: SummaryProcesses | None = None) -> None:
+        self.processes = processes
+
+    async def summarize(self, records: Iterable[dict[str, Any]], request: SummaryRequest) -> str:
         limit = request.limit
         if limit is not None:
-            digest = await asyncio.to_thread(
-                digest_within,
-                records,
-                max_tokens=limit.tokens,
-                count=limit.counter.count_text,
-                kept=request.kept,
-                plan=request.plan,
+            if self.processes is not None and isinstance(records, RecordSpan):
+                job = SpanDigest(
+                    records.path,
+                    records.end,
+                    records.low,
+                    records.high,
+                    limit.tokens,
+                    limit.counter.name,
+                    request.kept,
+                    tuple(request.plan) if request.plan is not None else None,
+                )
+                try:
+                    return await self.processes.run(span_digest, job)
+                except OSError as exc:  # the directory moved (a status change): read it here
+                    log.info("digest read here, not by path: %s", exc)
+            return await asyncio.to_thread(
+                limited_digest, records, limit, kept=request.kept, plan=request.plan
             )
-            return cut_to_fit(digest, limit)
         max_chars = 4 * request.max_tokens if request.max_tokens else EXTRACTIVE_MAX_CHARS
         return await asyncio.to_thread(
             extractive_digest, records, max_chars=max_chars, kept=request.kept, plan=request.plan
@@ -134,7 +169,7 @@ class ChatSummaries:
         self.max_tokens = max_tokens
         self.label = f"{chat.kind}:{chat.model}"
 
-    async def summarize(self, records: Iterator[dict[str, Any]], request: SummaryRequest) -> str:
+    async def summarize(self, records: Iterable[dict[str, Any]], request: SummaryRequest) -> str:
         chat, limit = self.chat, request.limit
         max_tokens = request.max_tokens or self.max_tokens
         if limit is not None:
@@ -173,8 +208,9 @@ class Summarizer:
         prompt: str,
         backend_name: str,
         max_tokens: int,
+        processes: SummaryProcesses | None = None,
     ) -> None:
-        self.backends: dict[str, SummaryBackend] = {EXTRACTIVE: ExtractiveSummaries()}
+        self.backends: dict[str, SummaryBackend] = {EXTRACTIVE: ExtractiveSummaries(processes)}
         for name, chat in backends.items():
             # The summariser's window is the LLM's; what it costs is counted like a task's.
             self.backends[name] = ChatSummaries(chat, counter, max_tokens)
@@ -199,7 +235,7 @@ class Summarizer:
 
     async def summarize(
         self,
-        records: Iterator[dict[str, Any]],
+        records: Iterable[dict[str, Any]],
         backend: str | None = None,
         *,
         prompt: str | None = None,
@@ -208,8 +244,9 @@ class Summarizer:
         limit: SummaryLimit | None = None,
         plan: Sequence[ChecklistItem] | None = None,
     ) -> str:
-        """A summary of the records (consumed once, in a worker thread), with the condense
-        prompt unless another is given (the final summary's). ``kept``, a message the context
+        """A summary of the records (consumed once, in a worker thread, or read by a summariser
+        process when they are a condense's span), with the condense prompt unless another is
+        given (the final summary's). ``kept``, a message the context
         keeps (the task statement), is given along, marked as kept, not to be summarised;
         ``plan``, the current plan items, is given as recorded. With a ``limit``, the summary
         is at most that long, and a chat backend is asked for at most it."""
@@ -221,6 +258,28 @@ class Summarizer:
             plan=plan,
         )
         return await self.backend(backend).summarize(records, request)
+
+
+def limited_digest(
+    records: Iterable[dict[str, Any]],
+    limit: SummaryLimit,
+    *,
+    kept: dict[str, Any] | None,
+    plan: Sequence[ChecklistItem] | None,
+) -> str:
+    """The extractive digest of the records within ``limit`` (blocking: CPU work)."""
+    digest = digest_within(
+        records, max_tokens=limit.tokens, count=limit.counter.count_text, kept=kept, plan=plan
+    )
+    return cut_to_fit(digest, limit)
+
+
+def span_digest(job: SpanDigest) -> str:
+    """:func:`limited_digest` of a span, in a summariser process (it reads the file itself)."""
+    limit = SummaryLimit(job.max_tokens, counter_for("", job.counter))
+    with open(job.path, "rb") as f:
+        records = span_records(f, job.end, job.low, job.high)
+        return limited_digest(records, limit, kept=job.kept, plan=job.plan)
 
 
 def cut_to_fit(text: str, limit: SummaryLimit) -> str:
@@ -350,7 +409,7 @@ def _kind(part: dict[str, Any]) -> str:
 
 
 def _chunks(
-    records: Iterator[dict[str, Any]], counter: TextCounter, budget: int
+    records: Iterable[dict[str, Any]], counter: TextCounter, budget: int
 ) -> Iterator[list[dict[str, Any]]]:
     """Consecutive groups of messages of at most ``budget`` tokens (a huge one is cut)."""
     chunk: list[dict[str, Any]] = []
