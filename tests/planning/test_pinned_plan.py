@@ -13,6 +13,7 @@ from tests.support.app import running_app
 from tests.support.formats import validate_payload
 from tests.support.settings import fast_settings
 from tests.support.tasks import create_task
+from tests.support.waits import settle
 
 TASK = "Fix the crash in parser.py when the input is empty."
 PLANS = ("PLAN-A: read parser.py, then add a guard", "PLAN-B: guard added; run the tests next")
@@ -74,7 +75,9 @@ async def test_the_current_plan_survives_every_compaction(context_dir: Path) -> 
                 await add_plan(client, uuid, "revision", PLANS[1])
             plan = PLANS[1] if round_number >= 2 else PLANS[0]
             await check_payloads(client, uuid, plan)  # GET /request compacts when over budget
-        # The background condense kept only what leaves room: a few more turns to compact.
+        # The background condense kept only what leaves room: a few more turns to compact, once
+        # it has ended (one still running would condense them itself, leaving nothing to do).
+        await settle(client)
         for round_number in range(6, 9):
             turns = [
                 {"role": "assistant", "content": f"round {round_number} work " + "w " * 100},

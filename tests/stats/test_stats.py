@@ -78,7 +78,7 @@ async def populate(client: httpx.AsyncClient, settings: Settings) -> dict[str, i
                     ],
                     "usage": usage,
                 },
-                {"role": "tool", "tool_call_id": call_id, "content": "def main(): ..."},
+                {"role": "tool", "tool_call_id": call_id, "content": "def main(): ...\n" * 20},
             ]
             response = await client.post(f"/tasks/{uuid}/messages", json={"messages": batch})
             assert response.status_code == 201, response.text
