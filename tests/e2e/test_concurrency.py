@@ -21,12 +21,15 @@ PER_CLIENT = 10
 PATTERNS = [[1] * 10, [2, 1, 3, 1, 2, 1], [3, 3, 2, 2], [1, 2, 1, 2, 1, 3]]
 
 
-async def _client(http: httpx.AsyncClient, uuid: str, client: int) -> list[tuple[int, str]]:
+async def _client(
+    http: httpx.AsyncClient, uuid: str, client: int, wave: int
+) -> list[tuple[int, str]]:
     """Post this client's messages one request after another; return its (seq, content) acks."""
     acks: list[tuple[int, str]] = []
     sent = 0
     for size in PATTERNS[client % len(PATTERNS)]:
-        contents = [f"client {client:02d} message {sent + k:02d}" for k in range(size)]
+        marked = f"wave {wave} " if wave else ""
+        contents = [f"{marked}client {client:02d} message {sent + k:02d}" for k in range(size)]
         messages = [{"role": "user", "content": c} for c in contents]
         body = messages[0] if size == 1 else {"messages": messages}
         response = await http.post(f"/tasks/{uuid}/messages", json=body)
@@ -39,13 +42,14 @@ async def _client(http: httpx.AsyncClient, uuid: str, client: int) -> list[tuple
     return acks
 
 
-async def _append_concurrently(base_urls: list[str], uuid: str) -> dict[int, str]:
-    """CLIENTS clients at once, spread over the servers; returns every ack as seq -> content."""
+async def _append_concurrently(base_urls: list[str], uuid: str, wave: int = 0) -> dict[int, str]:
+    """CLIENTS clients at once, spread over the servers; returns every ack as seq -> content.
+    A ``wave`` after the first marks its contents, so that none repeats an earlier one."""
     limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
     https = [httpx.AsyncClient(base_url=u, timeout=120, limits=limits) for u in base_urls]
     try:
         per_client = await asyncio.gather(
-            *(_client(https[i % len(https)], uuid, i) for i in range(CLIENTS))
+            *(_client(https[i % len(https)], uuid, i, wave) for i in range(CLIENTS))
         )
     finally:
         for http in https:
@@ -134,9 +138,9 @@ async def _settled_jobs(http: httpx.AsyncClient, uuid: str) -> list[dict[str, An
 
 async def test_condense_jobs_run_once_across_two_processes(servers: ServerPool) -> None:
     """Two processes of two workers each (four job runners) share the database and CONTEXT_DIR;
-    50 writers split across them fill a small window, so appends queue condense jobs over and
-    over. Every seq is stored once, and every condense job ran exactly once: one attempt, one
-    summary per compaction that condensed, each reaching further than the last."""
+    50 writers split across them fill a small window, twice, so appends queue condense jobs
+    over and over. Every seq is stored once, and every condense job ran exactly once: one
+    attempt, one summary per compaction that condensed, each reaching further than the last."""
     env = {"JOB_POLL_S": "0.05", "FSYNC": "never"}
     started = [servers.start(workers=2, env=env) for _ in range(2)]
     base_urls = [s.base_url for s in started]
@@ -146,7 +150,12 @@ async def test_condense_jobs_run_once_across_two_processes(servers: ServerPool) 
         assert created.status_code == 201, created.text
         uuid: str = created.json()["uuid"]
 
+        # Two waves, the second once the first's jobs have ended: a condense can take longer
+        # than a whole wave (its digest's process starts on first use), and the window must
+        # force compaction more than once whatever the timing.
         acked = await _append_concurrently(base_urls, uuid)
+        await _settled_jobs(http, uuid)
+        acked |= await _append_concurrently(base_urls, uuid, wave=1)
         jobs = await _settled_jobs(http, uuid)
 
         history = await all_messages(http, uuid, limit=97)
