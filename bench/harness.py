@@ -9,6 +9,7 @@ import math
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -196,6 +197,30 @@ def create_task(client: httpx.Client, window: int, **fields: Any) -> str:
     response.raise_for_status()
     task_uuid: str = response.json()["uuid"]
     return task_uuid
+
+
+@dataclass(frozen=True)
+class WarmTimes:
+    """A GET repeated on a warm cache: its median and worst time, and the last answer."""
+
+    p50_ms: float
+    max_ms: float
+    last: httpx.Response
+
+
+def warm_gets(client: httpx.Client, path: str, runs: int, **params: Any) -> WarmTimes:
+    """GET ``path`` ``runs`` + 1 times and time the last ``runs`` (the first warms the page
+    cache); every answer must succeed."""
+    times = []
+    response = None
+    for _ in range(runs + 1):
+        start = time.perf_counter()
+        response = client.get(path, params=params or None)
+        times.append((time.perf_counter() - start) * 1000)
+        response.raise_for_status()
+    assert response is not None
+    times = times[1:]
+    return WarmTimes(round(statistics.median(times), 1), round(max(times), 1), response)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -7,7 +7,6 @@ process) then answers GET /stats over loopback.
 
 import asyncio
 import random
-import statistics
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -22,7 +21,7 @@ from app.db.engine import open_database
 from app.db.migrate import upgrade_to_head
 from app.db.models import Task
 from app.storage.layout import Layout
-from bench.harness import Report, Service, Table
+from bench.harness import Report, Service, Table, warm_gets
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 DAYS = 90
@@ -127,22 +126,14 @@ def time_cases(url: str, named: dict[str, dict[str, str]], runs: int) -> list[di
     results = []
     with httpx.Client(base_url=url, timeout=120) as client:
         for name, params in named.items():
-            times, answer = [], None
-            for _ in range(runs + 1):  # the first run warms the page cache
-                start = time.perf_counter()
-                response = client.get("/stats", params=params)
-                times.append((time.perf_counter() - start) * 1000)
-                response.raise_for_status()
-                answer = response.json()
-            assert answer is not None
-            times = times[1:]
+            timed = warm_gets(client, "/stats", runs, **params)
             results.append(
                 {
                     "filter": name,
                     "params": params,
-                    "tasks": answer["total_tasks"],
-                    "p50_ms": round(statistics.median(times), 1),
-                    "max_ms": round(max(times), 1),
+                    "tasks": timed.last.json()["total_tasks"],
+                    "p50_ms": timed.p50_ms,
+                    "max_ms": timed.max_ms,
                 }
             )
     return results

@@ -8,7 +8,6 @@ The rows are those of ``stats_queries`` (bulk-inserted, Zipf-like users, owners 
 import asyncio
 import re
 import statistics
-import time
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import httpx
 
 from app.config import CleanupSettings, Settings
-from bench.harness import Report, Service, Table
+from bench.harness import Report, Service, Table, warm_gets
 from bench.stats_queries import populate
 
 DEEP_PAGES = 20  # the list followed through its "next page" links this many times
@@ -48,19 +47,9 @@ def time_pages(url: str, rows: list[dict[str, Any]], runs: int) -> list[dict[str
         }
         results = []
         for name, path in pages.items():
-            times = []
-            for _ in range(runs + 1):  # the first run warms the page cache
-                start = time.perf_counter()
-                client.get(path).raise_for_status()
-                times.append((time.perf_counter() - start) * 1000)
-            times = times[1:]
+            timed = warm_gets(client, path, runs)
             results.append(
-                {
-                    "page": name,
-                    "path": path,
-                    "p50_ms": round(statistics.median(times), 1),
-                    "max_ms": round(max(times), 1),
-                }
+                {"page": name, "path": path, "p50_ms": timed.p50_ms, "max_ms": timed.max_ms}
             )
     return results
 
