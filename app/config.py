@@ -233,7 +233,7 @@ class CompactionSettings(_Group):
         "one, so the prompt's prefix (the provider's cache) is not broken turn after turn.",
     )
     max_message_share: float = Field(
-        0.2,
+        0.1,
         gt=0,
         le=1,
         description="The most of the context's budget one message may take: a larger one is cut "

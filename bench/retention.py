@@ -326,6 +326,7 @@ class Summaries:
         self.after = 0
         self.kinds: dict[str, int] = {}
         self.newest_condense: str | None = None
+        self.summariser_tokens = 0  # what a chat backend would read and write for the condenses
 
     async def read(self) -> None:
         while True:
@@ -338,6 +339,7 @@ class Summaries:
                 self.kinds[record["kind"]] = self.kinds.get(record["kind"], 0) + 1
                 if record["kind"] == "condense":
                     self.newest_condense = record["summary"]
+                    self.summariser_tokens += record["original_tokens"] + record["summary_tokens"]
                 self.after = record["id"]
             if page["next_after_id"] is None:
                 return
@@ -352,6 +354,7 @@ class Replay:
     checks: list[Check]
     compactions: dict[str, int]
     refused: dict[str, int]  # GET /request answers other than 200, by status
+    summariser_tokens: int
 
 
 async def replay(client: httpx.AsyncClient, trajectory: Trajectory, window: int) -> Replay:
@@ -411,7 +414,9 @@ async def replay(client: httpx.AsyncClient, trajectory: Trajectory, window: int)
             facts.add(message)
     await settle(client, uuid)
     await compactions.read()
-    return Replay(trajectory.name, window, checks, compactions.kinds, refused)
+    return Replay(
+        trajectory.name, window, checks, compactions.kinds, refused, compactions.summariser_tokens
+    )
 
 
 async def replay_strategy(
@@ -484,6 +489,7 @@ def summarise(replays: list[Replay]) -> dict[str, Any]:
             [None if c.kept_previous is None else not c.kept_previous for c in checks]
         ),
         "tokens_sent": sum(c.tokens for c in checks),
+        "summariser_tokens": sum(r.summariser_tokens for r in replays),
         "compactions": compactions,
     }
 
@@ -519,6 +525,7 @@ COLUMNS = [
     "prefix reuse",
     "cache broken",
     "tokens sent",
+    "summariser tokens",
     "compactions",
 ]
 
@@ -531,6 +538,7 @@ def _row(name: str, s: dict[str, Any]) -> list[Any]:
         *(_percent(s[k]) for k in ("first_instruction", "summary", "plan", "users")),
         *(_percent(s[k]) for k in ("paths", "errors", "prefix", "reuse", "cache_broken")),
         s["tokens_sent"],
+        s["summariser_tokens"],
         _counts(s["compactions"]),
     ]
 
@@ -594,7 +602,9 @@ def notes(corpus: list[Trajectory]) -> list[str]:
         "the app in-process, SQLite, extractive summariser, FSYNC=never. Percentages are shares "
         "of payloads (first instruction, newest summary once there is one, pinned plan, cache "
         "broken) or mean recalls over payloads (user messages, paths, error lines); prefix "
-        "stability and reuse are means over payloads but each replay's first.",
+        "stability and reuse are means over payloads but each replay's first. Summariser "
+        "tokens: the spans the condenses summarised and their summaries, what a chat backend "
+        "would read and write for them (the extractive digest costs none).",
         f"Targets of {NEW_DEFAULT.name}: first instruction, newest summary, pinned plan and user "
         "messages 100%; file paths >= 95%; error lines >= 90%; prefix reuse >= 90%; tokens "
         f"sent no more than {TODAY.name}'s.",

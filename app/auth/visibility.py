@@ -11,7 +11,7 @@ async def require_visible(db: Database, task_uuid: str, principal: Principal) ->
     """TaskNotFound unless the task exists and is one of ``principal``'s tenants'."""
     if not principal.scoped:
         return
-    async with db.reader() as session:
+    async with db.statements() as session:
         task = await session.get(Task, task_uuid)
     if task is None or not principal.allows(task.user, task.task_source):
         raise TaskNotFound(task_uuid)

@@ -15,6 +15,7 @@ usage (:mod:`app.tokens.calibration`).
 
 import asyncio
 import dataclasses
+import io
 import logging
 import shutil
 import time
@@ -80,6 +81,7 @@ from app.errors import (
 from app.formats.costs import TokenCosts, TokenCounting
 from app.storage.failures import storage_failure
 from app.storage.jsonl import (
+    CHUNK,
     first_damaged_line,
     fsync_dir,
     iter_lines,
@@ -130,6 +132,14 @@ class Snapshot:
     head: HeadState
     handle: BinaryIO
     metadata: dict[str, Any]
+    # The file's first bytes, read as it was opened (the handle is past them): a small
+    # current.jsonl is served with no further hand-off to a worker thread.
+    prefetched: bytes = b""
+
+    def take_prefetched(self, limit: int) -> bytes:
+        """Up to ``limit`` of the prefetched bytes not yet taken (b"" when none are left)."""
+        taken, self.prefetched = self.prefetched[:limit], self.prefetched[limit:]
+        return taken
 
     @property
     def task(self) -> Task:
@@ -213,7 +223,7 @@ class ContextStore:
         moment ago (:class:`_RememberedRow`) instead of reading it."""
 
         async def require_task() -> None:  # lock files are made with their tasks
-            async with self.db.reader() as session:
+            async with self.db.statements() as session:
                 if await session.get(Task, task_uuid) is None:
                     raise TaskNotFound(task_uuid)
 
@@ -239,7 +249,7 @@ class ContextStore:
         pending = self.write_behind.pending
         if (thread_id or with_threads) and pending.has_threads(task_uuid):
             await self.write_behind.write({task_uuid})  # thread rows count their messages
-        async with self.db.reader() as session:
+        async with self.db.statements() as session:  # the task's rows held still by its lock
             row = await heads.load_context(session, task_uuid, thread_id)
             threads: dict[int, Thread] = {}
             if row is not None and row[2] and (thread_id or with_threads):
@@ -287,7 +297,7 @@ class ContextStore:
 
     async def other_context(self, locked: LockedTask, thread_id: int) -> LockedTask:
         """Another context of the locked task (the lock already held), its files recovered."""
-        async with self.db.reader() as session:
+        async with self.db.statements() as session:
             row = await session.get(ContextHead, (locked.task.uuid, thread_id))
         if row is None:
             raise ThreadNotFound(locked.task.uuid, thread_id)
@@ -307,7 +317,7 @@ class ContextStore:
     async def heads(self, task_uuid: str) -> dict[int, HeadState]:
         """The heads of a task's contexts by thread id (the pending ones of this process where
         the database's are their base), read without the task lock."""
-        async with self.db.reader() as session:
+        async with self.db.statements() as session:
             rows = await heads.load_heads(session, task_uuid)
         return {row.thread_id: self._head_of(task_uuid, row.thread_id, row) for row in rows}
 
@@ -426,8 +436,8 @@ class ContextStore:
             _open_if_whole, self.task_dir(locked.task), self.files(locked), locked.head, file_name
         )
         if opened is not None:
-            handle, metadata = opened
-            return Snapshot(context=locked, head=locked.head, handle=handle, metadata=metadata)
+            handle, metadata, prefetched = opened
+            return Snapshot(locked, locked.head, handle, metadata, prefetched)
         head = await self.recovered_head(locked, reading=True)
         if file_name == "current":
             head = await self._whole_current(locked, head)
@@ -819,14 +829,26 @@ def _open_snapshot(
 
 def _open_if_whole(
     task_dir: Path, files: ContextFiles, head: HeadState, file_name: str
-) -> tuple[BinaryIO, dict[str, Any]] | None:
+) -> tuple[BinaryIO, dict[str, Any], bytes] | None:
     """:func:`_open_snapshot` when the files agree with ``head`` and every line of a
-    current.jsonl to be served parses; None when they need the store's repair first."""
+    current.jsonl to be served parses, with current.jsonl's first bytes (up to a read's
+    chunk) read; None when they need the store's repair first."""
     if not files.in_agreement_with(head):
         return None
-    if file_name == "current" and first_damaged_line(files.current, head.current_bytes) is not None:
-        return None
-    return _open_snapshot(task_dir, files, file_name)
+    handle, metadata = _open_snapshot(task_dir, files, file_name)
+    try:
+        if file_name != "current":
+            return handle, metadata, b""
+        prefetched = handle.read(min(CHUNK, head.current_bytes))
+        whole = len(prefetched) == head.current_bytes
+        checked = io.BytesIO(prefetched) if whole else files.current
+        if first_damaged_line(checked, head.current_bytes) is not None:
+            handle.close()
+            return None
+        return handle, metadata, prefetched
+    except BaseException:
+        handle.close()
+        raise
 
 
 def _holds_committed(files: ContextFiles, head: HeadState) -> bool:

@@ -55,7 +55,7 @@ async def list_jobs(
     task = str(task_uuid) if task_uuid else None
     if principal.scoped:
         if task is None:
-            require_unscoped(principal)
+            await require_unscoped(principal)
         else:
             await require_visible(db, task, principal)
     jobs = await job_queue.list(task_uuid=task, status=status, limit=limit)

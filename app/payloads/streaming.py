@@ -13,7 +13,10 @@ async def committed_chunks(snapshot: Snapshot, size: int) -> AsyncIterator[tuple
     remaining = size
     carry = b""
     while remaining > 0:
-        data = await asyncio.to_thread(snapshot.handle.read, min(CHUNK, remaining))
+        wanted = min(CHUNK, remaining)
+        data = snapshot.take_prefetched(wanted) or await asyncio.to_thread(
+            snapshot.handle.read, wanted
+        )
         if not data:
             raise StorageError(
                 f"task {snapshot.task.uuid}: a context file is shorter than its committed head",

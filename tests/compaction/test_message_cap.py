@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
+from app.config import CompactionSettings, Settings
 from tests.support.conversations import tool_call, tool_result
 from tests.support.payloads import payload
 from tests.support.tasks import all_messages, append, new_task, task_body
@@ -20,7 +20,7 @@ ELISION_TEXT = "characters elided to fit the context window"
 INSTRUCTION = {"role": "user", "content": "Fix the failing build and explain the fix."}
 WINDOW, RESERVED = 8000, 1000
 BUDGET = int(WINDOW * 0.9) - RESERVED  # 6,200
-CAP = int(BUDGET * 0.2)  # 1,240 tokens: about 5,000 characters
+CAP = int(BUDGET * CompactionSettings().max_message_share)  # 620 tokens: ~2,500 characters
 
 Message = dict[str, Any]
 
@@ -75,7 +75,7 @@ async def test_a_message_over_the_cap_is_cut_before_its_append_returns(
 
 async def test_messages_under_the_cap_are_left_whole(client: httpx.AsyncClient) -> None:
     uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
-    output = build_output(70)
+    output = build_output(35)
     assert len(output) // 4 < CAP
     await append(client, uuid, INSTRUCTION, *read_call(1, output), *read_call(2, output))
 

@@ -1,7 +1,8 @@
-"""What a real server does with a body over MAX_BODY_BYTES, on both of uvicorn's HTTP protocols
+"""What a real server does with a body it refuses before reading it whole (over
+MAX_BODY_BYTES; from a caller without a key; to no route), on both of uvicorn's HTTP protocols
 (httptools, what ``context-service serve`` picks when it is installed, and h11): the client
-gets its 413 even while still sending, nothing is written, and a body past the drain's bounds
-is cut off in bounded time.
+gets its answer even while still sending, nothing is written, and a body past the drain's
+bounds is cut off in bounded time.
 
 httpx's async client (and so the openai SDK's AsyncOpenAI) is the one that needs the drain:
 when its write meets the reset of a server that closed on unread bytes, it reports the reset,
@@ -78,6 +79,35 @@ async def test_an_oversized_body_gets_its_413_and_nothing_is_written(
                 assert "connection" not in response.headers  # kept alive
         records = await all_messages(http, uuid)
     assert [r["content"] for r in records] == [FIRST["content"]]
+    assert snapshot_dir(servers.context_dir) == before
+
+
+async def test_a_refusal_before_the_body_is_read_reaches_a_client_still_sending(
+    servers: ServerPool, protocol: str
+) -> None:
+    """8 MiB under the body limit, refused before any of it is read: no key or an unknown one
+    (401), a path with no route (404). The client gets that answer, on a connection that stays
+    usable, and nothing is written."""
+    key = "agent-key-0123456789"
+    target = start(servers, protocol, MAX_BODY_BYTES=str(16 * MiB), API_KEYS=key)
+    authorized = {"authorization": f"Bearer {key}"}
+    data = messages_body(8 * MiB)
+    async with httpx.AsyncClient(base_url=target.base_url, timeout=30) as http:
+        created = await http.post("/tasks", json=task_body(), headers=authorized)
+        uuid = created.raise_for_status().json()["uuid"]
+        path = f"/tasks/{uuid}/messages"
+        before = snapshot_dir(servers.context_dir)
+        for headers in ({}, {"authorization": "Bearer not-a-key"}):
+            for content in (data, chunks(data)):
+                response = await http.post(path, content=content, headers=JSON | headers)
+                assert response.status_code == 401, response.text[:500]
+                assert response.json()["error"]["code"] == "unauthorized"
+                assert "connection" not in response.headers  # kept alive
+        response = await http.post("/no/such/route", content=data, headers=JSON | authorized)
+        assert response.status_code == 404, response.text[:500]
+        http.headers.update(authorized)
+        records = await all_messages(http, uuid)
+    assert records == []
     assert snapshot_dir(servers.context_dir) == before
 
 

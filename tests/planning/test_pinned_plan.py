@@ -167,8 +167,8 @@ async def test_a_plan_that_crosses_the_threshold_schedules_a_condense(context_di
         uuid = task["uuid"]
         turns = [
             {"role": "user", "content": TASK},
-            # About 2250 tokens, each message under the message cap (a fifth of the budget).
-            *({"role": "assistant", "content": f"step {i} " + "w " * 1100} for i in range(4)),
+            # About 2250 tokens, each message under the message cap (a tenth of the budget).
+            *({"role": "assistant", "content": f"step {i} " + "w " * 550} for i in range(8)),
         ]
         await client.post(f"/tasks/{uuid}/messages", json={"messages": turns})
         context = (await client.get(f"/tasks/{uuid}")).json()["context"]

@@ -97,8 +97,9 @@ def latest_exchange(messages: list[dict[str, Any]]) -> tuple[str, str]:
 
 def turn(tag: str, number: int, lines: int | None = None) -> list[dict[str, Any]]:
     """One exchange of a thread: a request, one or two tool calls (parallel on odd turns) with
-    their results, an answer; results of 12 to 41 lines unless ``lines`` says."""
-    size = lines if lines is not None else 12 + (number * 7) % 30
+    their results, an answer; results of 8 to 18 lines (under the message cap of the
+    smallest share here) unless ``lines`` says."""
+    size = lines if lines is not None else 8 + (number * 5) % 11
     calls = [
         {
             "id": f"call_{tag}_{number}_{k}",
@@ -471,7 +472,7 @@ async def test_get_request_fits_a_thread_over_its_share_by_itself(
             [(0, root_latest, ROOT_SHARE)],
         )
         await post_messages(
-            client, uuid, {"messages": [m for n in range(14) for m in turn("t", n)]}, view.thread_id
+            client, uuid, {"messages": [m for n in range(20) for m in turn("t", n)]}, view.thread_id
         )
         jobs = await settled_jobs(client, uuid, "condense")
         assert [j["status"] for j in jobs] == ["skipped"], jobs  # too few to summarise
