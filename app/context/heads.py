@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Update, and_, bindparam, select, update
 from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context.files import Recovery
@@ -118,6 +119,19 @@ async def load_context(
     """
     connection = await session.connection()
     row = (await connection.execute(_CONTEXT, {"task": task_uuid, "thread": thread_id})).first()
+    return _context_of(row)
+
+
+def load_context_blocking(
+    connection: Connection, task_uuid: str, thread_id: int
+) -> tuple[Task, HeadState | None, bool] | None:
+    """:func:`load_context` through a blocking connection (in a worker thread)."""
+    return _context_of(
+        connection.execute(_CONTEXT, {"task": task_uuid, "thread": thread_id}).first()
+    )
+
+
+def _context_of(row: Row[Any] | None) -> tuple[Task, HeadState | None, bool] | None:
     if row is None:
         return None
     values = row._mapping

@@ -249,10 +249,10 @@ class ContextStore:
         pending = self.write_behind.pending
         if (thread_id or with_threads) and pending.has_threads(task_uuid):
             await self.write_behind.write({task_uuid})  # thread rows count their messages
-        async with self.db.statements() as session:  # the task's rows held still by its lock
-            row = await heads.load_context(session, task_uuid, thread_id)
-            threads: dict[int, Thread] = {}
-            if row is not None and row[2] and (thread_id or with_threads):
+        row = await self._load_context(task_uuid, thread_id)
+        threads: dict[int, Thread] = {}
+        if row is not None and row[2] and (thread_id or with_threads):
+            async with self.db.statements() as session:  # the task's rows held still by its lock
                 threads = await heads.load_threads(session, task_uuid)
         self._rows.pop(task_uuid, None)
         if row is None:
@@ -268,7 +268,6 @@ class ContextStore:
                 f"task {task_uuid} has no context head for thread {thread_id}",
                 code=ErrorCode.HEAD_MISSING,
             )
-        await asyncio.to_thread(self._ensure_directory, task)
         if remember and task.status == "running" and not thread_id:
             # A copy: the head handed to the lock's holder is its own.
             committed = dataclasses.replace(
@@ -280,6 +279,28 @@ class ContextStore:
         return LockedTask(
             task, self._over_committed(task_uuid, thread_id, head), thread_id, threads
         )
+
+    async def _load_context(
+        self, task_uuid: str, thread_id: int
+    ) -> tuple[Task, HeadState | None, bool] | None:
+        """:func:`heads.load_context`, the task's directory then where its status puts it: in
+        one worker-thread call where the database has a blocking way in (SQLite)."""
+        blocking = self.db.blocking_reader
+        if blocking is not None:
+
+            def load() -> tuple[Task, HeadState | None, bool] | None:
+                with blocking.connect() as connection:
+                    row = heads.load_context_blocking(connection, task_uuid, thread_id)
+                if row is not None:
+                    self._ensure_directory(row[0])
+                return row
+
+            return await asyncio.to_thread(load)
+        async with self.db.statements() as session:
+            row = await heads.load_context(session, task_uuid, thread_id)
+        if row is not None:
+            await asyncio.to_thread(self._ensure_directory, row[0])
+        return row
 
     async def _remembered(self, task_uuid: str) -> LockedTask | None:
         """The root of a locked task from this process's copy of its row, if that is recent

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.errors import assert_error
 from tests.support.files import snapshot_dir, task_dir
-from tests.support.tasks import task_with_messages
+from tests.support.tasks import new_task, post_messages, task_with_messages
 
 
 def _damage_line(path: Path, index: int) -> None:
@@ -95,3 +95,23 @@ async def test_damage_in_both_files_is_a_clear_error_before_any_byte(
         assert_error(response, 500, "corrupt_record")
     assert_error(await client.get(f"/tasks/{task_uuid}/context"), 500, "corrupt_record")
     assert (await client.get("/readyz")).status_code == 200
+
+
+async def test_a_damaged_current_line_past_the_first_read_is_rebuilt_too(
+    client: httpx.AsyncClient, context_dir: Path
+) -> None:
+    """A current.jsonl larger than one read (the first of which is taken as the file is
+    opened): damage past that read is found before anything is served, and the whole payload
+    streams as it was."""
+    task_uuid = await new_task(client, context_length=2_000_000)
+    contents = [f"part {i}: " + "lorem ipsum dolor " * 3000 for i in range(40)]  # ~2 MB
+    for content in contents:
+        await post_messages(client, task_uuid, {"role": "user", "content": content})
+    current = task_dir(context_dir, task_uuid) / "current.jsonl"
+    intact = current.read_bytes()
+    assert len(intact) > 1024 * 1024
+    _damage_line(current, 35)  # well past the first MiB
+    response = await client.get(f"/tasks/{task_uuid}/request")
+    assert response.status_code == 200, response.text
+    assert [m["content"] for m in response.json()["messages"]][1:] == contents
+    assert current.read_bytes() == intact

@@ -1,0 +1,55 @@
+"""The database's ways in on SQLite: the statements session (no BEGIN: each statement its own
+transaction) and the blocking reader (pysqlite, read-only) see what the writer committed, and the
+blocking reader can write nothing."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from app.db.engine import open_database
+
+
+async def test_every_way_in_sees_the_writers_commits_and_the_blocking_reader_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    db = open_database(f"sqlite+aiosqlite:///{tmp_path / 'tasks.db'}")
+    try:
+        async with db.transaction() as session:
+            await session.execute(text("CREATE TABLE notes (body TEXT)"))
+            await session.execute(text("INSERT INTO notes VALUES ('first')"))
+        async with db.statements() as session:
+            assert (await session.execute(text("SELECT body FROM notes"))).scalars().all() == [
+                "first"
+            ]
+        reader = db.blocking_reader
+        assert reader is not None
+
+        def read() -> list[str]:
+            with reader.connect() as connection:
+                return list(connection.execute(text("SELECT body FROM notes")).scalars())
+
+        def write() -> None:
+            with reader.connect() as connection:
+                connection.execute(text("INSERT INTO notes VALUES ('never')"))
+                connection.commit()
+
+        assert await asyncio.to_thread(read) == ["first"]
+        async with db.transaction() as session:
+            await session.execute(text("INSERT INTO notes VALUES ('second')"))
+        assert await asyncio.to_thread(read) == ["first", "second"]
+        with pytest.raises(OperationalError, match="readonly"):
+            await asyncio.to_thread(write)
+        assert await asyncio.to_thread(read) == ["first", "second"]
+    finally:
+        await db.dispose()
+
+
+async def test_a_database_in_memory_has_no_blocking_reader() -> None:
+    db = open_database("sqlite+aiosqlite:///:memory:")
+    try:
+        assert db.blocking_reader is None
+    finally:
+        await db.dispose()
