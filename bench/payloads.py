@@ -7,9 +7,13 @@ the context loaded as a Python list and json.dumps'd in a fresh process (that de
 Contexts are filled over HTTP with 256 KB user messages and short answers (a window big enough
 that nothing is compacted). Each GET is made twice, the second measured; RSS is the server's
 peak during the request over its RSS before it.
+
+The first byte of an agent's usual payload (10 and 400 messages, the latter ~120k tokens) is
+set against GET /healthz on the same connection, the two alternated, medians of many.
 """
 
 import asyncio
+import statistics
 import subprocess
 import sys
 import time
@@ -137,6 +141,66 @@ async def payload_cpu(scratch: Path, requests: int) -> list[tuple[int, int, floa
     return rows
 
 
+# The first byte against GET /healthz: contexts of these many ~300-token messages.
+FIRST_BYTE_MESSAGES = (10, 400)
+FIRST_BYTE_FORMATS = ("openai", "anthropic")
+
+
+def first_byte_against_healthz(
+    client: httpx.Client, task_uuid: str, fmt: str, requests: int
+) -> tuple[float, float]:
+    """Median seconds of GET /healthz and of GET /request's first byte, alternated."""
+    healthz: list[float] = []
+    first: list[float] = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        client.get("/healthz").raise_for_status()
+        healthz.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        with client.stream("GET", f"/tasks/{task_uuid}/request", params={"format": fmt}) as answer:
+            answer.raise_for_status()
+            chunks = answer.iter_raw()
+            next(chunks)
+            first.append(time.perf_counter() - started)
+            for _ in chunks:
+                pass
+    return statistics.median(healthz), statistics.median(first)
+
+
+def first_byte_table(client: httpx.Client, requests: int) -> Table:
+    table = Table(
+        "GET /request: the first byte against GET /healthz (uvicorn, medians)",
+        ["messages", "context tokens", "format", "GET /healthz ms", "first byte ms", "ratio"],
+    )
+    for count in FIRST_BYTE_MESSAGES:
+        task_uuid = create_task(client, 200_000)
+        for start in range(0, count, 50):
+            batch = [
+                {"role": ("user", "assistant")[i % 2], "content": f"{i} {CPU_TEXT}"}
+                for i in range(start, min(start + 50, count))
+            ]
+            client.post(f"/tasks/{task_uuid}/messages", json={"messages": batch}).raise_for_status()
+        tokens = client.get(f"/tasks/{task_uuid}").json()["context"]["tokens"]
+        for fmt in FIRST_BYTE_FORMATS:
+            first_byte_against_healthz(client, task_uuid, fmt, requests // 10)  # warm
+            healthz, first = first_byte_against_healthz(client, task_uuid, fmt, requests)
+            table.rows.append(
+                [
+                    count,
+                    tokens,
+                    fmt,
+                    round(healthz * 1000, 2),
+                    round(first * 1000, 2),
+                    f"{first / healthz:.2f}x",
+                ]
+            )
+    table.notes = [
+        f"{requests} of each, alternated on one keep-alive connection; the same client and",
+        "server. The target: the first byte within 2x of GET /healthz.",
+    ]
+    return table
+
+
 def run(quick: bool, scratch: Path) -> Report:
     cpu = asyncio.run(payload_cpu(scratch, 30 if quick else 300))
     sizes = SIZES[:2] if quick else SIZES
@@ -144,6 +208,7 @@ def run(quick: bool, scratch: Path) -> Report:
     bare = peak_rss_of(BARE)
     rows: list[dict[str, Any]] = []
     with Service(context_dir) as service, http_client(service, 600) as client:
+        first_byte = first_byte_table(client, 50 if quick else 500)
         for size in sizes:
             task_uuid = create_task(client, MAX_WINDOW, max_output_tokens=4096)
             fill(client, task_uuid, size)
@@ -160,10 +225,12 @@ def run(quick: bool, scratch: Path) -> Report:
                         "naive_rss_growth": naive,
                     }
                 )
-    return report(rows, cpu)
+    return report(rows, cpu, first_byte)
 
 
-def report(rows: list[dict[str, Any]], cpu: list[tuple[int, int, float]]) -> Report:
+def report(
+    rows: list[dict[str, Any]], cpu: list[tuple[int, int, float]], first_byte: Table
+) -> Report:
     table = Table(
         "GET /request: latency, throughput and server memory by context size",
         [
@@ -219,4 +286,7 @@ def report(rows: list[dict[str, Any]], cpu: list[tuple[int, int, float]]) -> Rep
             "worker threads count. Windows of 200k tokens: none of these contexts compacts.",
         ],
     )
-    return Report([cpu_table, table], {"rows": rows, "cpu_ms": cpu})
+    return Report(
+        [cpu_table, first_byte, table],
+        {"rows": rows, "cpu_ms": cpu, "first_byte": first_byte.rows},
+    )
