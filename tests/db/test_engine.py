@@ -1,8 +1,9 @@
-"""The database's ways in on SQLite: the statements session (no BEGIN: each statement its own
-transaction) and the blocking reader (pysqlite, read-only) see what the writer committed, and the
-blocking reader can write nothing."""
+"""The database on SQLite: the statements session (no BEGIN: each statement its own
+transaction) and the blocking reader (pysqlite, read-only) see what the writer committed, the
+blocking reader can write nothing, and a cancelled transaction leaves no write lock behind."""
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -51,5 +52,40 @@ async def test_a_database_in_memory_has_no_blocking_reader() -> None:
     db = open_database("sqlite+aiosqlite:///:memory:")
     try:
         assert db.blocking_reader is None
+    finally:
+        await db.dispose()
+
+
+async def test_a_transaction_cancelled_mid_statement_leaves_no_write_lock(tmp_path: Path) -> None:
+    """A task cancelled while its transaction's statement runs (a job stopped at shutdown):
+    the next write transaction gets the lock as soon as that statement ends, not after the
+    busy timeout (30 s) with "database is locked"."""
+    db = open_database(f"sqlite+aiosqlite:///{tmp_path / 'tasks.db'}")
+    try:
+        async with db.transaction() as session:
+            await session.execute(text("CREATE TABLE notes (body TEXT)"))
+        slow = (
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) "
+            "SELECT count(*) FROM n"
+        )
+
+        async def interrupted() -> None:
+            async with db.transaction() as session:
+                await session.execute(text("INSERT INTO notes VALUES ('lost')"))
+                await session.execute(text(slow))
+
+        task = asyncio.create_task(interrupted())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        started = time.monotonic()
+        async with db.transaction() as session:
+            await session.execute(text("INSERT INTO notes VALUES ('kept')"))
+        assert time.monotonic() - started < 10
+        async with db.statements() as session:
+            assert (await session.execute(text("SELECT body FROM notes"))).scalars().all() == [
+                "kept"
+            ]
     finally:
         await db.dispose()
