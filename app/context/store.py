@@ -123,7 +123,8 @@ class LockedTask:
 
 @dataclass
 class Snapshot:
-    """A committed view of one context file: read ``head``'s byte count from ``handle``.
+    """A committed view of one context file: ``head``'s byte count, ``prefetched`` first (a
+    current.jsonl's first bytes, read as it was opened), then the rest from ``handle``.
 
     The handle stays valid when the task's directory moves or the file is replaced.
     """

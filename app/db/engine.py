@@ -112,9 +112,11 @@ class Database:
             await self.checkpoint()
         except Exception:  # a full disk, say: the log is checkpointed by the next start
             log.exception("the WAL checkpoint at shutdown failed")
-        await self.engine.dispose()
-        if self.blocking_reader is not None:
-            self.blocking_reader.dispose()
+        try:
+            await self.engine.dispose()
+        finally:
+            if self.blocking_reader is not None:
+                self.blocking_reader.dispose()
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
@@ -137,16 +139,18 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
             conn.exec_driver_sql(f"BEGIN {mode}")
 
 
-def _free_interrupted_statement(cancelled: BaseException) -> None:
+def _free_interrupted_statement(cancelled: asyncio.CancelledError) -> None:
     """Drop the locals of the finished frames a cancellation passed through. On SQLite, a
     statement the cancellation interrupted is still referenced from them: the pool closes its
     connection, but SQLite only finishes closing it (and releases the write lock its
     transaction holds) once the statement is freed, which would otherwise wait for the
-    garbage collector while every other writer times out on "database is locked"."""
-    seen: set[int] = set()
+    garbage collector while every other writer times out on "database is locked".
+
+    Only the cancellation's own frames (and those of cancellations it was raised from): on
+    Python before 3.13 clearing a suspended coroutine's frame closes it, and an exception this
+    one was raised while handling may have come from another task that is still running."""
     error: BaseException | None = cancelled
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
+    while isinstance(error, asyncio.CancelledError):
         traceback.clear_frames(error.__traceback__)
         error = error.__cause__ or error.__context__
 
@@ -157,7 +161,9 @@ def _blocking_reader(url: str) -> Engine | None:
     parsed = make_url(url)
     if parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory":
         return None
-    engine = create_engine(parsed.set(drivername="sqlite"))
+    # No cap on connections beyond the pool's five: the reads run in the service's I/O
+    # threads, which bound them, and a thread must never wait on the pool for one.
+    engine = create_engine(parsed.set(drivername="sqlite"), max_overflow=-1)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
