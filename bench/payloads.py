@@ -110,6 +110,14 @@ CPU_MESSAGES = (10, 100, 400)
 CPU_TEXT = "the parser test fails after the refactor of the tokenizer; " * 20
 
 
+def text_batches(count: int, size: int = 50) -> list[list[dict[str, str]]]:
+    """``count`` ~300-token messages, user and assistant in turn, in appends of ``size``."""
+    messages = [
+        {"role": ("user", "assistant")[i % 2], "content": f"{i} {CPU_TEXT}"} for i in range(count)
+    ]
+    return [messages[start : start + size] for start in range(0, count, size)]
+
+
 async def payload_cpu(scratch: Path, requests: int) -> list[tuple[int, int, float]]:
     """(messages, tokens, CPU ms per GET /request) of contexts in one task each, the app driven
     over ASGI with no server or client in the process; first GET /healthz's (0 messages)."""
@@ -121,11 +129,7 @@ async def payload_cpu(scratch: Path, requests: int) -> list[tuple[int, int, floa
         for count in CPU_MESSAGES:
             created = await asgi_call(app, "POST", "/tasks", orjson.dumps(task_body(200_000)))
             task_uuid = orjson.loads(created)["uuid"]
-            for start in range(0, count, 50):
-                batch = [
-                    {"role": ("user", "assistant")[i % 2], "content": f"{i} {CPU_TEXT}"}
-                    for i in range(start, min(start + 50, count))
-                ]
+            for batch in text_batches(count):
                 await asgi_call(
                     app, "POST", f"/tasks/{task_uuid}/messages", orjson.dumps({"messages": batch})
                 )
@@ -174,11 +178,7 @@ def first_byte_table(client: httpx.Client, requests: int) -> Table:
     )
     for count in FIRST_BYTE_MESSAGES:
         task_uuid = create_task(client, 200_000)
-        for start in range(0, count, 50):
-            batch = [
-                {"role": ("user", "assistant")[i % 2], "content": f"{i} {CPU_TEXT}"}
-                for i in range(start, min(start + 50, count))
-            ]
+        for batch in text_batches(count):
             client.post(f"/tasks/{task_uuid}/messages", json={"messages": batch}).raise_for_status()
         tokens = client.get(f"/tasks/{task_uuid}").json()["context"]["tokens"]
         for fmt in FIRST_BYTE_FORMATS:
