@@ -65,7 +65,9 @@ CUT_MARGIN, CUT_SLACK = 1.1, 64  # an elision cuts 10% and 64 tokens more than i
 MAX_CAPS_PER_APPEND = 16
 MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
 MIN_ELIDED_TOKENS = 64  # a smaller message is not worth cutting
-MAX_PLACEHOLDER_ARGUMENTS = 160  # characters of a masked result's call arguments shown
+# Characters of a masked result's call arguments its placeholder shows: a label (the call
+# itself, paired with it, shows them whole), kept short as it is in every payload after.
+MAX_PLACEHOLDER_ARGUMENTS = 30
 MAX_PLACEHOLDER_ERRORS = 3  # error lines (grouped) a masked result's placeholder keeps
 MAX_PLACEHOLDER_ERROR_CHARS = 200
 
@@ -1145,9 +1147,9 @@ def _masks(f: BinaryIO, end: int, seqs: list[int], costs: TokenCosts) -> list[Ma
 
 
 def mask_placeholder(result: dict[str, Any], function: dict[str, Any]) -> str:
-    """``[output of read_file(path="src/a.py") hidden to save context: 412 lines, 18.3 KB;
-    seq 57 of the task's history]``, and the output's error lines, grouped as a digest groups
-    them (an error is the fact of an output an agent most needs again)."""
+    """``[output of read_file(path="src/a.py") hidden: 412 lines, 18.3 KB, seq 57]``, and the
+    output's error lines, grouped as a digest groups them (an error is the fact of an output an
+    agent most needs again)."""
     text = content_text(result.get("content"), non_text=stand_in)
     name = function.get("name") or result.get("tool_name") or "a tool"
     arguments = _short_arguments(function.get("arguments") or "")
@@ -1155,8 +1157,7 @@ def mask_placeholder(result: dict[str, Any], function: dict[str, Any]) -> str:
     shown = f"{size / 1024:.1f} KB" if size >= 1024 else f"{size} bytes"
     lines = text.count("\n") + 1 if text else 0
     placeholder = (
-        f"[output of {name}({arguments}) hidden to save context: {lines} lines, {shown}; "
-        f"seq {result['seq']} of the task's history]"
+        f"[output of {name}({arguments}) hidden: {lines} lines, {shown}, seq {result['seq']}]"
     )
     errors, more = grouped_errors(
         result, limit=MAX_PLACEHOLDER_ERRORS, max_chars=MAX_PLACEHOLDER_ERROR_CHARS

@@ -42,8 +42,8 @@ ToolContext = Context[Any, Any]
 INSTRUCTIONS = (
     "The context service keeps your task's conversation history, plan and token budget. "
     "Every tool takes the task's uuid; history tools also take a thread_id (0: the task's "
-    "root context). A placeholder such as '[output of read_file(...) hidden to save context: "
-    "...; seq 57 of the task's history]' is expanded with recall_message(seq=57), an elided "
+    "root context). A placeholder such as '[output of read_file(...) hidden: 412 lines, "
+    "18.3 KB, seq 57]' is expanded with recall_message(seq=57), an elided "
     "middle noted '(seq 57, chars 2,000-14,345)' with recall_message(seq=57, start=2000, "
     "end=14345)."
 )

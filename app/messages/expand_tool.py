@@ -16,8 +16,8 @@ EXPAND_TOOL: dict[str, Any] = {
         "name": EXPAND_TOOL_NAME,
         "description": (
             "Show again part of an earlier message that was hidden to save context. A hidden "
-            "tool output reads '[output of NAME(...) hidden to save context: ...; seq 57 of the "
-            "task's history]': call with seq=57. A message cut in the middle reads '[... 12,345 "
+            "tool output reads '[output of NAME(...) hidden: 412 lines, 18.3 KB, seq 57]': call "
+            "with seq=57. A message cut in the middle reads '[... 12,345 "
             "characters elided to fit the context window (seq 57, chars 2,000-14,345) ...]': "
             "call with seq=57, start=2000, end=14345. A long answer is cut at max_bytes and says "
             "where to continue. Ask only for what you need: the answer takes room in the context."

@@ -27,7 +27,7 @@ READ_FILE: ToolDefinition = {
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
     },
 }
-PLACEHOLDER_SEQ = re.compile(r"hidden to save context: .*; seq (\d+) of the task's history\]")
+PLACEHOLDER_SEQ = re.compile(r"\) hidden: .*, seq (\d+)\]")
 
 
 def file_text(name: str) -> str:

@@ -20,7 +20,7 @@ HANDLE = re.compile(
     r"\[\.\.\. ([\d,]+) characters elided to fit the context window "
     r"\(seq (\d+), chars ([\d,]+)-([\d,]+)\) \.\.\.\]"
 )
-MASK_SEQ = re.compile(r"hidden to save context: .*; seq (\d+) of the task's history\]")
+MASK_SEQ = re.compile(r"\) hidden: .*, seq (\d+)\]")
 
 
 @pytest.fixture

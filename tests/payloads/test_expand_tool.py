@@ -77,7 +77,7 @@ async def test_the_tool_describes_the_handles(client: httpx.AsyncClient) -> None
     _, with_tool = await twin_tasks(client)
     [_, tool] = (await served(client, with_tool)).json()["tools"]
     description = tool["function"]["description"]
-    assert "seq 57 of the task's history" in description
+    assert "hidden: 412 lines, 18.3 KB, seq 57]" in description
     assert "(seq 57, chars 2,000-14,345)" in description
     assert set(tool["function"]["parameters"]["properties"]) == {"seq", "start", "end", "max_bytes"}
 

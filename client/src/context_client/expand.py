@@ -1,12 +1,13 @@
 """Answering the model's ``context_expand`` calls (a task created with ``expand_tool=True``).
 
-A masked tool result's placeholder ("... seq 57 of the task's history]") and an elision's note
-("[... 12,345 characters elided to fit the context window (seq 57, chars 2,000-14,345) ...]")
-name what they hide. The model asks for it with ``context_expand(seq, start, end, max_bytes)``;
-the answer is the text from ``GET /tasks/{uuid}/messages/{seq}``, posted as an ordinary tool
-result (counted and compacted like any other). A call the service refuses (an unknown seq, a
-range outside the text, arguments that are not integers) is answered too, with the reason:
-every tool call needs its result, and the model can correct itself. Pure.
+A masked tool result's placeholder ("[output of read_file(...) hidden: 412 lines, 18.3 KB, seq
+57]") and an elision's note ("[... 12,345 characters elided to fit the context window (seq 57,
+chars 2,000-14,345) ...]") name what they hide. The model asks for it with
+``context_expand(seq, start, end, max_bytes)``; the answer is the text from ``GET
+/tasks/{uuid}/messages/{seq}``, posted as an ordinary tool result (counted and compacted like
+any other). A call the service refuses (an unknown seq, a range outside the text, arguments
+that are not integers) is answered too, with the reason: every tool call needs its result, and
+the model can correct itself. Pure.
 """
 
 import json
