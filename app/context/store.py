@@ -115,6 +115,9 @@ class LockedTask:
     head: HeadState
     thread_id: int = 0
     threads: dict[int, Thread] = field(default_factory=dict)
+    # current.jsonl opened with the row, when the lock was taken to read it (`opening_current`):
+    # :meth:`ContextStore.open_snapshot` takes it, or the lock's release closes it.
+    opened_current: "_Opened | None" = field(default=None, repr=False)
 
     @property
     def thread(self) -> Thread | None:
@@ -215,9 +218,13 @@ class ContextStore:
         *,
         with_threads: bool = False,
         for_append: bool = False,
+        opening_current: bool = False,
     ) -> AsyncIterator[LockedTask]:
         """Hold the task lock; yield its row and the committed head of one of its contexts,
         its directory in place. The lock is the task's: all its contexts share it.
+
+        ``opening_current``: the caller will open a snapshot of current.jsonl; where the row is
+        read in a worker thread (SQLite), the file is opened in the same call.
 
         ``for_append``: an append to the root that reports no usage (so changes nothing of the
         row but what the write-behind keeps) may take this process's copy of the row from a
@@ -233,24 +240,54 @@ class ContextStore:
             if for_append and not thread_id:
                 context = await self._remembered(task_uuid)
             if context is None:
-                context = await self._read(task_uuid, thread_id, with_threads, for_append)
+                context = await self._read(
+                    task_uuid, thread_id, with_threads, for_append, opening_current
+                )
             try:
                 yield context
             except ContextFilesDamaged:
                 if self._on_damaged_files is not None:
                     self._on_damaged_files()
                 raise
+            finally:
+                opened = context.opened_current
+                if opened is not None and not opened.taken:
+                    opened.handle.close()
 
     async def _read(
-        self, task_uuid: str, thread_id: int, with_threads: bool, remember: bool
+        self, task_uuid: str, thread_id: int, with_threads: bool, remember: bool, opening: bool
     ) -> LockedTask:
         """A context of a locked task as the database has it (with this process's pending
         head); remembered for the next appends with ``remember``, forgotten otherwise (the
-        lock's holder may change the row)."""
+        lock's holder may change the row). ``opening``: current.jsonl opened with it if it can
+        be in the same worker-thread call."""
         pending = self.write_behind.pending
         if (thread_id or with_threads) and pending.has_threads(task_uuid):
             await self.write_behind.write({task_uuid})  # thread rows count their messages
-        row = await self._load_context(task_uuid, thread_id)
+        row, opened = await self._load_context(task_uuid, thread_id, opening)
+        try:
+            locked = await self._checked(task_uuid, thread_id, with_threads, remember, row)
+        except BaseException:
+            if opened is not None:
+                opened.handle.close()
+            raise
+        if opened is not None:
+            if opened.head == locked.head:
+                return dataclasses.replace(locked, opened_current=opened)
+            opened.handle.close()  # opened for another head than the one committed: reopen
+        return locked
+
+    async def _checked(
+        self,
+        task_uuid: str,
+        thread_id: int,
+        with_threads: bool,
+        remember: bool,
+        row: tuple[Task, HeadState | None, bool] | None,
+    ) -> LockedTask:
+        """The locked context of the row read, its threads read if asked for; TaskNotFound,
+        ThreadNotFound or HEAD_MISSING when the row does not have it."""
+        pending = self.write_behind.pending
         threads: dict[int, Thread] = {}
         if row is not None and row[2] and (thread_id or with_threads):
             async with self.db.statements() as session:  # the task's rows held still by its lock
@@ -282,26 +319,38 @@ class ContextStore:
         )
 
     async def _load_context(
-        self, task_uuid: str, thread_id: int
-    ) -> tuple[Task, HeadState | None, bool] | None:
+        self, task_uuid: str, thread_id: int, opening: bool
+    ) -> tuple[tuple[Task, HeadState | None, bool] | None, "_Opened | None"]:
         """:func:`heads.load_context`, the task's directory then where its status puts it: in
-        one worker-thread call where the database has a blocking way in (SQLite)."""
+        one worker-thread call where the database has a blocking way in (SQLite), and with
+        ``opening`` current.jsonl opened for the head the context then has (None when it
+        needs a repair first: :meth:`open_snapshot` does that)."""
         blocking = self.db.blocking_reader
         if blocking is not None:
+            # Read here, not in the worker thread: the event loop owns this process's pending
+            # heads (the task's own cannot change while its lock is held).
+            pending = self.write_behind.pending.get((task_uuid, thread_id))
 
-            def load() -> tuple[Task, HeadState | None, bool] | None:
+            def load() -> tuple[tuple[Task, HeadState | None, bool] | None, _Opened | None]:
                 with blocking.connect() as connection:
                     row = heads.load_context_blocking(connection, task_uuid, thread_id)
-                if row is not None:
-                    self._ensure_directory(row[0])
-                return row
+                if row is None:
+                    return None, None
+                task, committed, _ = row
+                self._ensure_directory(task)
+                if not opening or committed is None:
+                    return row, None
+                head = pending.head if pending and pending.base == committed else committed
+                directory = self.task_dir(task)
+                files = ContextFiles(context_dir(directory, thread_id))
+                return row, _open_if_whole(directory, files, head, "current")
 
             return await asyncio.to_thread(load)
         async with self.db.statements() as session:
             row = await heads.load_context(session, task_uuid, thread_id)
         if row is not None:
             await asyncio.to_thread(self._ensure_directory, row[0])
-        return row
+        return row, None
 
     async def _remembered(self, task_uuid: str) -> LockedTask | None:
         """The root of a locked task from this process's copy of its row, if that is recent
@@ -454,12 +503,19 @@ class ContextStore:
         """:meth:`snapshot` of a context whose task lock is held."""
         # Usually the files agree with the head and nothing needs repair: one worker thread
         # call checks that and opens them (a payload's fixed cost is mostly such hand-offs).
-        opened = await asyncio.to_thread(
-            _open_if_whole, self.task_dir(locked.task), self.files(locked), locked.head, file_name
-        )
+        opened = locked.opened_current
+        if opened is not None and file_name == "current" and not opened.taken:
+            opened.taken = True
+        else:
+            opened = await asyncio.to_thread(
+                _open_if_whole,
+                self.task_dir(locked.task),
+                self.files(locked),
+                locked.head,
+                file_name,
+            )
         if opened is not None:
-            handle, metadata, prefetched = opened
-            return Snapshot(locked, locked.head, handle, metadata, prefetched)
+            return Snapshot(locked, locked.head, opened.handle, opened.metadata, opened.prefetched)
         head = await self.recovered_head(locked, reading=True)
         if file_name == "current":
             head = await self._whole_current(locked, head)
@@ -849,9 +905,20 @@ def _open_snapshot(
     return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
 
 
+@dataclass
+class _Opened:
+    """A context file opened for a snapshot of ``head``: the handle past ``prefetched``."""
+
+    head: HeadState
+    handle: BinaryIO
+    metadata: dict[str, Any]
+    prefetched: bytes
+    taken: bool = False  # by a snapshot, which closes it then
+
+
 def _open_if_whole(
     task_dir: Path, files: ContextFiles, head: HeadState, file_name: str
-) -> tuple[BinaryIO, dict[str, Any], bytes] | None:
+) -> _Opened | None:
     """:func:`_open_snapshot` when the files agree with ``head`` and every line of a
     current.jsonl to be served parses, with current.jsonl's first bytes (up to a read's
     chunk) read; None when they need the store's repair first."""
@@ -860,14 +927,14 @@ def _open_if_whole(
     handle, metadata = _open_snapshot(task_dir, files, file_name)
     try:
         if file_name != "current":
-            return handle, metadata, b""
+            return _Opened(head, handle, metadata, b"")
         prefetched = handle.read(min(CHUNK, head.current_bytes))
         whole = len(prefetched) == head.current_bytes
         checked = io.BytesIO(prefetched) if whole else files.current
         if first_damaged_line(checked, head.current_bytes) is not None:
             handle.close()
             return None
-        return handle, metadata, prefetched
+        return _Opened(head, handle, metadata, prefetched)
     except BaseException:
         handle.close()
         raise

@@ -82,7 +82,9 @@ class Assembler:
 
     async def open(self, task_uuid: str, thread_id: int, format_name: str | None) -> Assembly:
         """A context's payload parts in ``format_name`` (default: its task's provider's)."""
-        async with self.store.locked(task_uuid, thread_id, with_threads=True) as locked:
+        async with self.store.locked(
+            task_uuid, thread_id, with_threads=True, opening_current=True
+        ) as locked:
             name = format_name or provider_format(locked.task.llm_provider)
             snapshot = await self.store.open_snapshot(locked, "current")
             try:

@@ -3,7 +3,7 @@
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from app.api.deps import TaskUUID, ThreadID, service
 from app.api.errors import ERROR_RESPONSES
@@ -70,12 +70,14 @@ _REQUEST_HEADERS = (
 )
 async def get_request(
     uuid: TaskUUID, payloads: PayloadsDep, format: FormatQuery = None, thread_id: ThreadID = 0
-) -> StreamingResponse:
+) -> Response:
     """The assembled LLM request payload, streamed from current.jsonl: OpenAI's chat
     completions (also LM Studio's), Anthropic's messages or Ollama's chat request. For a
     thread: the protected regions of the contexts above it (their latest messages, root
     first), then its own context."""
     payload = await payloads.request(uuid, format, thread_id)
+    if isinstance(payload.body, bytes):
+        return Response(payload.body, media_type="application/json", headers=payload.headers)
     return StreamingResponse(payload.body, media_type="application/json", headers=payload.headers)
 
 

@@ -14,7 +14,7 @@ from app.db.models import Task
 from app.errors import Conflict, ErrorCode, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import FORMATS, PayloadFormat, provider_format
 from app.payloads.assembly import Assembler, Assembly
-from app.payloads.streaming import stream_lines
+from app.payloads.streaming import stream_lines, whole_body
 from app.planning.pinning import with_pinned
 from app.threads.anchors import with_anchors
 from app.tokens.counters import TextCounter
@@ -22,8 +22,16 @@ from app.tokens.counters import TextCounter
 
 @dataclass
 class PayloadStream:
-    body: AsyncIterator[bytes]
+    """A payload and its headers: the whole body when the context was read at once (one read's
+    chunk, which holds any 128k-token window), else its chunks to stream."""
+
+    body: bytes | AsyncIterator[bytes]
     headers: dict[str, str]
+
+    async def read(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.body
+        return b"".join([chunk async for chunk in self.body])
 
 
 class PayloadService:
@@ -84,9 +92,16 @@ class PayloadService:
             with_anchors(payload_format.renderer(snapshot.metadata), assembly.anchors),
             assembly.pinned_line,
         )
-        body = stream_lines(
-            snapshot, snapshot.head.current_bytes, prefix, suffix, render, lead=assembly.lead
-        )
+        size = snapshot.head.current_bytes
+        try:
+            whole = whole_body(snapshot, size, prefix, suffix, render, lead=assembly.lead)
+        except BaseException:
+            snapshot.close()
+            raise
+        if whole is not None:
+            snapshot.close()
+            return PayloadStream(body=whole, headers=headers)
+        body = stream_lines(snapshot, size, prefix, suffix, render, lead=assembly.lead)
         return PayloadStream(body=body, headers=headers)
 
     def _check_servable(self, assembly: Assembly, counted_as: str) -> tuple[int, dict[str, str]]:

@@ -31,6 +31,29 @@ async def committed_chunks(snapshot: Snapshot, size: int) -> AsyncIterator[tuple
             yield data, remaining == 0
 
 
+def whole_body(
+    snapshot: Snapshot,
+    size: int,
+    prefix: bytes,
+    suffix: bytes,
+    render: Callable[[bytes, bool], bytes],
+    *,
+    lead: bytes = b"",
+) -> bytes | None:
+    """What :func:`stream_lines` would send, at once, when the snapshot's prefetched bytes
+    hold all ``size`` of it (None otherwise: stream it). The bytes are in memory already (one
+    read's chunk at most), so a small context is answered as one body: no stream to drive."""
+    if len(snapshot.prefetched) != size:
+        return None
+    parts = [prefix]
+    if lead:
+        parts.append(render(lead, size == 0))
+    if size:
+        parts.append(render(snapshot.take_prefetched(size), True))
+    parts.append(suffix)
+    return b"".join(parts)
+
+
 async def stream_lines(
     snapshot: Snapshot,
     size: int,

@@ -329,8 +329,7 @@ class ProxyService:
     async def _payload(self, task_uuid: str, wire: Wire, body: Mapping[str, Any]) -> dict[str, Any]:
         """The task's assembled payload in the wire's format, the request's parameters over it."""
         assembled = await self.payloads.request(task_uuid, wire.name)
-        raw = b"".join([chunk async for chunk in assembled.body])
-        payload: dict[str, Any] = orjson.loads(raw)
+        payload: dict[str, Any] = orjson.loads(await assembled.read())
         carried = wire.carried(body)
         if wire.max_output_tokens(carried) is not None:  # the agent's limit, under its own name
             payload.pop("max_tokens", None)

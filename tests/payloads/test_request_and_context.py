@@ -161,6 +161,35 @@ async def test_request_payload_has_tools_defaults_and_headers(client: httpx.Asyn
     assert response.headers["X-Token-Counter"] == "heuristic"
 
 
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+async def test_a_payload_past_one_read_streams_what_a_small_one_sends_whole(
+    client: httpx.AsyncClient, fmt: str
+) -> None:
+    """A context that one read holds (1 MiB: any 128k-token window) is answered as one body
+    with its length; a larger one is streamed in chunks. Both carry every message in order."""
+    task = await create_task(client, context_length=10_000_000, max_output_tokens=1024)
+    texts = [f"{i} " + "x" * (100 * 1024) for i in range(3)]
+    await post_messages(client, task["uuid"], {"role": "user", "content": texts[0]})
+    small = await client.get(f"/tasks/{task['uuid']}/request", params={"format": fmt})
+    assert small.status_code == 200, small.text
+    assert int(small.headers["content-length"]) == len(small.content)
+    assert "chunked" not in small.headers.get("transfer-encoding", "")
+    for i in range(1, 12):
+        role = ("user", "assistant")[i % 2]
+        await post_messages(client, task["uuid"], {"role": role, "content": f"{i} {texts[1]}"})
+    async with client.stream(
+        "GET", f"/tasks/{task['uuid']}/request", params={"format": fmt}
+    ) as large:
+        assert large.status_code == 200
+        assert "content-length" not in large.headers
+        body = await large.aread()
+    assert len(body) > 1 << 20
+    messages = httpx.Response(200, content=body).json()["messages"]
+    contents = [m["content"] for m in messages]
+    flat = [c if isinstance(c, str) else c[0]["text"] for c in contents]
+    assert [text.split(" ", 1)[0] for text in flat] == [str(i) for i in range(12)]
+
+
 async def test_request_without_tools_has_no_tools_key(
     client: httpx.AsyncClient, task: dict[str, Any]
 ) -> None:
