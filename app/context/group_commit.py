@@ -114,11 +114,18 @@ def write_appends(
     token_counter: str,
     max_message_bytes: int,
     fsync: bool,
-) -> GroupOutcome:
+    only_if_agreed: bool = False,
+) -> GroupOutcome | None:
     """Write a group to a context's ``files`` in the task's directory (repaired first if a
     crash left them past ``head``): its records, one result per append in ``results``.
     ``known``: the idempotency keys the database has registered. Blocking; the database is the
-    caller's."""
+    caller's.
+
+    ``only_if_agreed``: ``head`` is a copy this process kept, true only if the files are still
+    its size (no other process wrote since, the directory not moved); None, nothing written,
+    when they are not. (Past the head they would be a crash's tail to the repair.)"""
+    if only_if_agreed and not files.in_agreement_with(head):
+        return None
     require_metadata(task_dir)
     recovery = recover(files, head, fsync=fsync, where=where)
     known = known | {r.key: r for r in recovery.idempotent_results}

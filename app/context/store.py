@@ -115,6 +115,9 @@ class LockedTask:
     head: HeadState
     thread_id: int = 0
     threads: dict[int, Thread] = field(default_factory=dict)
+    # The row is this process's copy from a moment ago (see _RememberedRow): an append checks
+    # it against the files in the call that writes them.
+    from_memory: bool = False
     # current.jsonl opened with the row, when the lock was taken to read it (`opening_current`):
     # :meth:`ContextStore.open_snapshot` takes it, or the lock's release closes it.
     opened_current: "_Opened | None" = field(default=None, repr=False)
@@ -157,6 +160,10 @@ class Snapshot:
 # it: what it could miss is another process's calibration of the task (the status it checks
 # against the task's directory), so appends close together (a call and its result) read once.
 REMEMBERED_ROW_S = 1.0
+
+
+class _RowOutOfDate(Exception):
+    """The files of a task no longer agree with this process's copy of its row."""
 
 
 @dataclass
@@ -238,7 +245,7 @@ class ContextStore:
         async with self.locks.hold(task_uuid, before_creating=require_task):
             context = None
             if for_append and not thread_id:
-                context = await self._remembered(task_uuid)
+                context = self._remembered(task_uuid)
             if context is None:
                 context = await self._read(
                     task_uuid, thread_id, with_threads, for_append, opening_current
@@ -352,19 +359,17 @@ class ContextStore:
             await asyncio.to_thread(self._ensure_directory, row[0])
         return row, None
 
-    async def _remembered(self, task_uuid: str) -> LockedTask | None:
-        """The root of a locked task from this process's copy of its row, if that is recent
-        and still true: the task still running (its directory where a running task's is) and
-        the files the size of its head (no other process wrote to it since)."""
+    def _remembered(self, task_uuid: str) -> LockedTask | None:
+        """The root of a locked task from this process's copy of its row, if that is recent.
+        Whether it is still true (the task's directory where a running task's is, the files the
+        size of its head: no other process wrote since) the append's write checks, in the same
+        worker-thread call (:class:`_RowOutOfDate`)."""
         row = self._rows.get(task_uuid)
         if row is None or time.monotonic() - row.read_at > REMEMBERED_ROW_S:
             return None
         pending = self.write_behind.pending.get((task_uuid, 0))
         head = row.committed if pending is None else pending.head
-        files = ContextFiles(context_dir(self.layout.location_dir("running", task_uuid), 0))
-        if not await asyncio.to_thread(files.in_agreement_with, head):
-            return None
-        return LockedTask(row.task, head)
+        return LockedTask(row.task, head, from_memory=True)
 
     async def other_context(self, locked: LockedTask, thread_id: int) -> LockedTask:
         """Another context of the locked task (the lock already held), its files recovered."""
@@ -628,7 +633,13 @@ class ContextStore:
         # A reported usage may calibrate the task: that reads the row as it is now.
         reports = any("usage" in m for p in group for m in p.messages)
         async with self.locked(*context, for_append=not reports) as locked:
-            new_head = await self._write_and_save(locked, group, answer=False)
+            try:
+                new_head = await self._write_and_save(locked, group, answer=False)
+            except _RowOutOfDate:  # another process wrote since this one's copy: read the row
+                locked = await self._read(
+                    *context, with_threads=False, remember=True, opening=False
+                )
+                new_head = await self._write_and_save(locked, group, answer=False)
         scheduled = False
         if self.after_commit is not None and new_head != locked.head:
             scheduled = await self.after_commit(locked, locked.head, new_head)
@@ -670,7 +681,10 @@ class ContextStore:
             token_counter=task.token_counter,
             max_message_bytes=self._max_message_bytes,
             fsync=self.fsync,
+            only_if_agreed=locked.from_memory,
         )
+        if outcome is None:
+            raise _RowOutOfDate
         if self._deferrable(locked, outcome):
             self.write_behind.pending.add(
                 (task.uuid, locked.thread_id),

@@ -363,8 +363,7 @@ async def test_a_fit_that_masked_under_the_budget_but_not_the_threshold_condense
         )
         stream = await services.payloads.request(uuid, None)
         tokens = int(stream.headers["X-Context-Tokens"])
-        async for _ in stream.body:
-            pass
+        await stream.read()
 
     summaries = read_jsonl(task_dir(context_dir, uuid) / "summaries.jsonl")
     assert [s["kind"] for s in summaries] == ["mask", "condense"]
