@@ -22,8 +22,8 @@ from app.tokens.counters import TextCounter
 
 @dataclass
 class PayloadStream:
-    """A payload and its headers: the whole body when the context was read at once (one read's
-    chunk, which holds any 128k-token window), else its chunks to stream."""
+    """A payload and its headers: the whole body for a small context (up to 64 KiB, read as
+    the snapshot was opened), else its chunks to stream."""
 
     body: bytes | AsyncIterator[bytes]
     headers: dict[str, str]

@@ -7,6 +7,11 @@ from app.context.store import Snapshot
 from app.errors import ErrorCode, StorageError
 from app.storage.jsonl import CHUNK
 
+# The largest context answered as one body. A larger one streams, so that its first bytes
+# leave while the rest is rendered (an Anthropic payload of 100k tokens, each message parsed
+# and re-encoded, takes milliseconds to render).
+WHOLE_BODY_BYTES = 64 << 10
+
 
 async def committed_chunks(snapshot: Snapshot, size: int) -> AsyncIterator[tuple[bytes, bool]]:
     """Yield (chunk, is_last) covering exactly ``size`` bytes; chunks end on line boundaries."""
@@ -40,10 +45,10 @@ def whole_body(
     *,
     lead: bytes = b"",
 ) -> bytes | None:
-    """What :func:`stream_lines` would send, at once, when the snapshot's prefetched bytes
-    hold all ``size`` of it (None otherwise: stream it). The bytes are in memory already (one
-    read's chunk at most), so a small context is answered as one body: no stream to drive."""
-    if len(snapshot.prefetched) != size:
+    """What :func:`stream_lines` would send, at once, for a context of at most
+    ``WHOLE_BODY_BYTES`` that the snapshot's prefetched bytes hold (None otherwise: stream it).
+    Its bytes are in memory already, so it is answered as one body: no stream to drive."""
+    if size > WHOLE_BODY_BYTES or len(snapshot.prefetched) != size:
         return None
     parts = [prefix]
     if lead:

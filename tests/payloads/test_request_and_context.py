@@ -162,32 +162,35 @@ async def test_request_payload_has_tools_defaults_and_headers(client: httpx.Asyn
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])
-async def test_a_payload_past_one_read_streams_what_a_small_one_sends_whole(
-    client: httpx.AsyncClient, fmt: str
+@pytest.mark.parametrize(
+    ("messages", "whole"),
+    [(2, True), (8, False), (40, False)],
+    ids=["small-whole", "streamed-from-the-first-read", "streamed-past-the-first-read"],
+)
+async def test_a_small_payload_is_one_body_and_a_larger_one_streams(
+    client: httpx.AsyncClient, fmt: str, messages: int, whole: bool
 ) -> None:
-    """A context that one read holds (1 MiB: any 128k-token window) is answered as one body
-    with its length; a larger one is streamed in chunks. Both carry every message in order."""
+    """A small context (up to 64 KiB) is answered as one body with its length; a larger one
+    streams, whether the first read (1 MiB) held it or not. All carry every message in order."""
     task = await create_task(client, context_length=10_000_000, max_output_tokens=1024)
-    texts = [f"{i} " + "x" * (100 * 1024) for i in range(3)]
-    await post_messages(client, task["uuid"], {"role": "user", "content": texts[0]})
-    small = await client.get(f"/tasks/{task['uuid']}/request", params={"format": fmt})
-    assert small.status_code == 200, small.text
-    assert int(small.headers["content-length"]) == len(small.content)
-    assert "chunked" not in small.headers.get("transfer-encoding", "")
-    for i in range(1, 12):
+    for i in range(messages):
         role = ("user", "assistant")[i % 2]
-        await post_messages(client, task["uuid"], {"role": role, "content": f"{i} {texts[1]}"})
+        content = f"{i} " + "x" * (30 * 1024)
+        await post_messages(client, task["uuid"], {"role": role, "content": content})
     async with client.stream(
         "GET", f"/tasks/{task['uuid']}/request", params={"format": fmt}
-    ) as large:
-        assert large.status_code == 200
-        assert "content-length" not in large.headers
-        body = await large.aread()
-    assert len(body) > 1 << 20
-    messages = httpx.Response(200, content=body).json()["messages"]
-    contents = [m["content"] for m in messages]
-    flat = [c if isinstance(c, str) else c[0]["text"] for c in contents]
-    assert [text.split(" ", 1)[0] for text in flat] == [str(i) for i in range(12)]
+    ) as response:
+        assert response.status_code == 200
+        body = await response.aread()
+    if whole:
+        assert int(response.headers["content-length"]) == len(body)
+    else:
+        assert "content-length" not in response.headers
+    assert (len(body) > 1 << 20) == (messages == 40)
+    payload = httpx.Response(200, content=body).json()
+    contents = [m["content"] for m in payload["messages"]]
+    texts = [c if isinstance(c, str) else c[0]["text"] for c in contents]
+    assert [text.split(" ", 1)[0] for text in texts] == [str(i) for i in range(messages)]
 
 
 async def test_request_without_tools_has_no_tools_key(
