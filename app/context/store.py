@@ -120,7 +120,7 @@ class LockedTask:
     from_memory: bool = False
     # current.jsonl opened with the row, when the lock was taken to read it (`opening_current`):
     # :meth:`ContextStore.open_snapshot` takes it, or the lock's release closes it.
-    opened_current: "_Opened | None" = field(default=None, repr=False)
+    opened_current: "_Opened | None" = field(default=None, repr=False, compare=False)
 
     @property
     def thread(self) -> Thread | None:
@@ -509,7 +509,12 @@ class ContextStore:
         # Usually the files agree with the head and nothing needs repair: one worker thread
         # call checks that and opens them (a payload's fixed cost is mostly such hand-offs).
         opened = locked.opened_current
-        if opened is not None and file_name == "current" and not opened.taken:
+        if (
+            opened is not None
+            and file_name == "current"
+            and not opened.taken
+            and opened.head == locked.head
+        ):
             opened.taken = True
         else:
             opened = await asyncio.to_thread(
@@ -520,7 +525,8 @@ class ContextStore:
                 file_name,
             )
         if opened is not None:
-            return Snapshot(locked, locked.head, opened.handle, opened.metadata, opened.prefetched)
+            prefetched, opened.prefetched = opened.prefetched, b""  # the snapshot's to free
+            return Snapshot(locked, locked.head, opened.handle, opened.metadata, prefetched)
         head = await self.recovered_head(locked, reading=True)
         if file_name == "current":
             head = await self._whole_current(locked, head)
@@ -857,6 +863,9 @@ class ContextStore:
                 await heads.write_pending(session, [(key, pending)])
             await heads.commit_head(session, key, head, task_values, keys, thread_values, now)
         self.write_behind.pending.take(key)
+        # The row moved with more than the head: the next append reads it (the copy would fail
+        # its check against the files anyway, after a write call for nothing).
+        self._rows.pop(locked.task.uuid, None)
         if "served_tokens" in task_values:  # a report used it: a later batch must not revive it
             self.write_behind.pending.served.pop(locked.task.uuid, None)
 

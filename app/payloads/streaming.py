@@ -46,9 +46,10 @@ def whole_body(
     lead: bytes = b"",
 ) -> bytes | None:
     """What :func:`stream_lines` would send, at once, for a context of at most
-    ``WHOLE_BODY_BYTES`` that the snapshot's prefetched bytes hold (None otherwise: stream it).
+    ``WHOLE_BODY_BYTES`` (its ancestors' ``lead`` included) that the snapshot's prefetched
+    bytes hold (None otherwise: stream it).
     Its bytes are in memory already, so it is answered as one body: no stream to drive."""
-    if size > WHOLE_BODY_BYTES or len(snapshot.prefetched) != size:
+    if size + len(lead) > WHOLE_BODY_BYTES or len(snapshot.prefetched) != size:
         return None
     parts = [prefix]
     if lead:

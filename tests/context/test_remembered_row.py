@@ -5,12 +5,21 @@ other's appends and its pause, whatever its own copy says."""
 
 from pathlib import Path
 
+import pytest
+
 from app.config import Settings
 from tests.support.app import running_app
 from tests.support.errors import assert_error
 from tests.support.files import locations, read_jsonl, snapshot_dir, task_dir
 from tests.support.server import assert_seqs_contiguous
 from tests.support.tasks import all_messages, new_task, post_messages
+
+
+@pytest.fixture(autouse=True)
+def rows_remembered_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However slow the machine, every append here within a minute of the app's last one
+    takes the copy of the row (it is kept for a second otherwise)."""
+    monkeypatch.setattr("app.context.store.REMEMBERED_ROW_S", 60.0)
 
 
 async def test_two_apps_appending_in_turn_give_every_seq_once(
