@@ -1,7 +1,9 @@
 """Application state, built at startup and handed to requests (``request.state.services``)."""
 
 import asyncio
+import functools
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -253,6 +255,13 @@ async def warm_counters(counting: TokenCounting, db: Database, settings: Setting
     await asyncio.to_thread(load)
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS settings, made once per process: loading the CA bundle takes
+    ~50 ms, which every start of an app (a test's, the CLI's) paid again."""
+    return httpx.create_ssl_context()
+
+
 @asynccontextmanager
 async def open_services(settings: Settings) -> AsyncIterator[Services]:
     """Storage migrated and reconciled, encodings warm, services built; the job runner and
@@ -264,7 +273,8 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await prepare_storage(db, layout, locks)
         counting = TokenCounting(settings.token_counter)
         await warm_counters(counting, db, settings)
-        async with httpx.AsyncClient() as http:  # shared by the LLM backends and webhooks
+        # One client, shared by the LLM backends and webhooks.
+        async with httpx.AsyncClient(verify=tls_context()) as http:
             services = build_services(settings, db, layout, http, locks, counting)
             adopted = await services.store.adopt_unflushed()
             if adopted:

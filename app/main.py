@@ -9,7 +9,7 @@ from starlette.staticfiles import StaticFiles
 
 from app.api.errors import install_error_handlers
 from app.api.limits import BodyLimitMiddleware, NulQueryMiddleware
-from app.auth.dependencies import authenticate
+from app.auth.dependencies import BEARER
 from app.auth.middleware import AuthMiddleware
 from app.compaction.endpoints import router as compaction_router
 from app.config import Settings
@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         proxy_router,
         task_proxy_router,
     ):
-        app.include_router(router, dependencies=[Depends(authenticate)])
+        app.include_router(router, dependencies=[Depends(BEARER)])
     app.include_router(ops_router)  # health and the index need no key (PUBLIC_PATHS)
     # The ops page: its pages need an admin key (or its session cookie), its login form none.
     app.include_router(ui_router)

@@ -37,6 +37,50 @@ def test_upgrade_matches_models_and_downgrade_empties(tmp_path: Path) -> None:
     engine.dispose()
 
 
+def _schema(connection: Connection) -> dict[str, Any]:
+    """Every table's columns, keys and indexes as the database describes them (column order
+    aside: a migration that adds a column puts it last), and the revision it is stamped with."""
+    inspector = inspect(connection)
+    tables = {
+        table: [
+            sorted(repr(column) for column in inspector.get_columns(table)),
+            inspector.get_pk_constraint(table)["constrained_columns"],
+            sorted(repr(key) for key in inspector.get_foreign_keys(table)),
+            sorted(repr(index) for index in inspector.get_indexes(table)),
+            sorted(repr(unique) for unique in inspector.get_unique_constraints(table)),
+        ]
+        for table in inspector.get_table_names()
+    }
+    return {
+        "tables": tables,
+        "revision": MigrationContext.configure(connection).get_current_revision(),
+    }
+
+
+async def test_a_new_database_gets_the_schema_every_migration_builds(tmp_path: Path) -> None:
+    """The service builds a new database from the models and stamps it with the newest
+    revision: the same tables, columns, keys, indexes and revision as running each
+    migration in turn."""
+    migrated = f"sqlite:///{tmp_path / 'migrated.db'}"
+    config = alembic_config()
+    config.set_main_option("sqlalchemy.url", migrated.replace("sqlite://", "sqlite+aiosqlite://"))
+    await asyncio.to_thread(command.upgrade, config, "head")  # env.py runs its own loop
+    built = f"sqlite:///{tmp_path / 'built.db'}"
+    engine = create_async_engine(built.replace("sqlite://", "sqlite+aiosqlite://"))
+    try:
+        await upgrade_to_head(engine)
+    finally:
+        await engine.dispose()
+    schemas = []
+    for url in (migrated, built):
+        sync_engine = create_engine(url)
+        with sync_engine.connect() as connection:
+            schemas.append(_schema(connection))
+        sync_engine.dispose()
+    assert schemas[0]["revision"] is not None
+    assert schemas[1] == schemas[0]
+
+
 async def test_upgrading_a_populated_database_keeps_its_rows(tmp_path: Path) -> None:
     """Migrations run as the service runs them (its engine, foreign keys on) on a database
     with tasks: no row is lost, not even through a cascade."""

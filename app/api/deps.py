@@ -9,7 +9,7 @@ from uuid import UUID
 
 from fastapi import Depends, Path, Query, Request
 
-from app.auth.dependencies import PrincipalDep
+from app.auth.dependencies import principal_of
 from app.auth.visibility import require_visible
 
 
@@ -26,14 +26,12 @@ def service(name: str) -> Any:
 
 
 async def task_uuid(
-    uuid: Annotated[UUID, Path(description="The task's uuid.")],
-    principal: PrincipalDep,
-    request: Request,
+    uuid: Annotated[UUID, Path(description="The task's uuid.")], request: Request
 ) -> str:
     """The task's uuid, for a task the caller may see (another tenant's is 404 to a scoped key:
     not even its existence shows)."""
     value = str(uuid)
-    await require_visible(request.state.services.db, value, principal)
+    await require_visible(request.state.services.db, value, principal_of(request))
     return value
 
 

@@ -4,7 +4,7 @@ work), context heads, jobs, threads, idempotency keys."""
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, Text, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, PortableJSON, UTCDateTime
@@ -45,30 +45,36 @@ class Task(Base):
     inherited_from: Mapped[str | None] = mapped_column(String(36))
 
     # Which counter counts this task's tokens (chosen once at creation: stored counts must agree).
-    token_counter: Mapped[str] = mapped_column(String(32), default="heuristic")
+    token_counter: Mapped[str] = mapped_column(
+        String(32), default="heuristic", server_default="heuristic"
+    )
     # Tokens of the tool definitions sent with every payload, counted once at creation: OpenAI's
     # rendering in tools_tokens, the other counted formats in format_tools_tokens.
     tools_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    format_tools_tokens: Mapped[dict[str, int]] = mapped_column(PortableJSON, default=dict)
+    format_tools_tokens: Mapped[dict[str, int]] = mapped_column(
+        PortableJSON, default=dict, server_default="{}"
+    )
     # Calibration (app/tokens/calibration.py): what the LLM reported over what we counted,
     # smoothed and bounded.
-    token_calibration: Mapped[float] = mapped_column(Float, default=1.0)
-    calibration_samples: Mapped[int] = mapped_column(Integer, default=0)
+    token_calibration: Mapped[float] = mapped_column(Float, default=1.0, server_default="1.0")
+    calibration_samples: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The counted tokens of the last payload served, waiting for a reported usage to compare.
     served_tokens: Mapped[int | None] = mapped_column(Integer)
     # Task options (POST /tasks): keep the latest planning entry in every payload; named webhooks.
-    pin_plan: Mapped[bool] = mapped_column(default=False)
-    hooks: Mapped[list[str]] = mapped_column(PortableJSON, default=list)
+    pin_plan: Mapped[bool] = mapped_column(default=False, server_default=false())
+    hooks: Mapped[list[str]] = mapped_column(PortableJSON, default=list, server_default="[]")
     # Whether the payloads' tools include context_expand (its definition is in metadata.json's
     # tools, counted in tools_tokens like the agent's own).
-    expand_tool: Mapped[bool] = mapped_column(default=False)
+    expand_tool: Mapped[bool] = mapped_column(default=False, server_default=false())
     # The task's own compaction options ({"tiers", "keep_tool_results"}); null: the server's.
     compaction: Mapped[dict[str, Any] | None] = mapped_column(PortableJSON)
     # The pinned plan message (the latest planning entry, as sent) and its cost, counted when it
     # is written: OpenAI's rendering, then the other counted formats'.
     pinned_plan: Mapped[str | None] = mapped_column(Text)
-    plan_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    format_plan_tokens: Mapped[dict[str, int]] = mapped_column(PortableJSON, default=dict)
+    plan_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    format_plan_tokens: Mapped[dict[str, int]] = mapped_column(
+        PortableJSON, default=dict, server_default="{}"
+    )
     # What this task inherited from an earlier run, with the notification comment.
     inheritance: Mapped[dict[str, Any] | None] = mapped_column(PortableJSON)
     # Hash of the creation body: a re-POST with the same uuid is idempotent only if it matches.
@@ -109,7 +115,9 @@ class ContextHead(Base):
     current_messages: Mapped[int] = mapped_column(Integer, default=0)
     context_tokens: Mapped[int] = mapped_column(BigInteger, default=0)  # as OpenAI renders it
     # The same total as the other counted formats render it: {"anthropic": n, "ollama": m}.
-    format_tokens: Mapped[dict[str, int]] = mapped_column(PortableJSON, default=dict)
+    format_tokens: Mapped[dict[str, int]] = mapped_column(
+        PortableJSON, default=dict, server_default="{}"
+    )
     # Assistant tool calls still waiting for their results: [[id, name], ...].
     open_tool_calls: Mapped[list[list[str]]] = mapped_column(PortableJSON, default=list)
 

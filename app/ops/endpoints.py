@@ -13,7 +13,7 @@ from sqlalchemy import URL, text
 from app.api.deps import service
 from app.api.errors import ERROR_RESPONSES
 from app.api.routing import OrjsonRoute
-from app.auth.dependencies import require_unscoped
+from app.auth.dependencies import BEARER, require_unscoped
 from app.config import Settings
 from app.context.store import ContextStore
 from app.db.engine import Database
@@ -121,7 +121,7 @@ context_messages_appended_total 418.0
 
 @router.get(
     "/metrics",
-    dependencies=[Depends(require_unscoped)],
+    dependencies=[Depends(BEARER), Depends(require_unscoped)],
     response_class=PrometheusResponse,
     responses={
         200: {
