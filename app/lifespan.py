@@ -295,8 +295,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
     settings: Settings = app.state.settings
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(settings.storage.io_threads, "context-io"))
-    # The MCP route's sessions (app/mcp_server/http.py) are served while the services are up.
-    async with open_services(settings) as services, app.state.mcp_sessions.run():
+    # The MCP route (app/mcp_server/mount.py) is served while the services are up.
+    async with open_services(settings) as services, app.state.mcp.running():
         await services.runner.start()
         cleanup = start_periodic_cleanup(services.maintenance, settings)
         checkpoint = start_periodic_checkpoint(services.db, settings)

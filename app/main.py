@@ -5,6 +5,7 @@ from functools import partial
 
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
+from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
 from app.api.errors import install_error_handlers
@@ -18,8 +19,8 @@ from app.inheritance.endpoints import router as inheritance_router
 from app.jobs.endpoints import router as jobs_router
 from app.lifespan import lifespan
 from app.maintenance.endpoints import router as maintenance_router
-from app.mcp_server.http import http_route, request_caller
-from app.mcp_server.server import build_server
+from app.mcp_server.mount import PATH as MCP_PATH
+from app.mcp_server.mount import LazyMCP
 from app.messages.endpoints import router as messages_router
 from app.observability.logs import configure_logging
 from app.observability.middleware import RequestMetricsMiddleware, TaskLogContextMiddleware
@@ -88,10 +89,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui_login_router)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     # The MCP server: a plain route (not in the OpenAPI document), behind the same middlewares;
-    # the lifespan runs its session manager.
-    mcp = build_server(request_caller)
-    app.router.routes.append(http_route(mcp, settings.limits.max_body_bytes))
-    app.state.mcp_sessions = mcp.session_manager
+    # made on its first request, while the lifespan runs.
+    mcp = LazyMCP(settings.limits.max_body_bytes)
+    app.router.routes.append(Route(MCP_PATH, mcp))
+    app.state.mcp = mcp
     return app
 
 

@@ -15,7 +15,6 @@ from app.db.engine import open_database
 from app.errors import AppError
 from app.lifespan import open_services, prepare_storage
 from app.maintenance.schemas import MAX_DAYS, CleanupReport
-from app.mcp_server.server import Caller, build_server
 from app.storage.layout import Layout
 from app.storage.locks import TaskLocks, process_locks
 
@@ -145,6 +144,9 @@ def _repair(settings: Settings, args: argparse.Namespace, parser: argparse.Argum
 
 
 def _mcp(settings: Settings) -> None:
+    # Here, not at the top: the MCP SDK takes a second to import, which no other command needs.
+    from app.mcp_server.server import Caller, build_server
+
     async def serve() -> None:
         async with open_services(settings) as services:
             caller = Caller(services=services, principal=OPEN)

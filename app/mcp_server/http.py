@@ -16,9 +16,8 @@ from starlette.routing import BaseRoute
 
 from app.auth.keys import OPEN
 from app.auth.middleware import PRINCIPAL
-from app.mcp_server.server import Caller
-
-PATH = "/mcp"
+from app.mcp_server.mount import PATH
+from app.mcp_server.server import Caller, build_server
 
 
 def request_caller(ctx: Context[Any, Any]) -> Caller:
@@ -42,3 +41,9 @@ def http_route(server: MCPServer[Any], max_body_bytes: int) -> BaseRoute:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     return next(r for r in sub_app.routes if getattr(r, "path", None) == PATH)
+
+
+def app_server(max_body_bytes: int) -> tuple[MCPServer[Any], BaseRoute]:
+    """The app's MCP server, its callers found in each request, and its route."""
+    server = build_server(request_caller)
+    return server, http_route(server, max_body_bytes)

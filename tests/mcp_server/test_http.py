@@ -3,6 +3,8 @@ every tool and resource, the API keys (none, wrong, another tenant's task), bad 
 with the service's error and nothing written, and a plan update seen over REST."""
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -338,8 +340,51 @@ def test_mcp_is_not_in_the_openapi_document(tmp_path: Path) -> None:
 
 def test_the_session_manager_is_stateless() -> None:
     """Any worker may answer any POST: a session kept in one process would break them."""
-    from app.config import Settings
-    from app.main import create_app
+    from app.mcp_server.http import http_route, request_caller
+    from app.mcp_server.server import build_server
 
-    sessions = create_app(Settings()).state.mcp_sessions
-    assert sessions.stateless is True
+    server = build_server(request_caller)
+    http_route(server, max_body_bytes=1 << 20)
+    assert server.session_manager.stateless is True
+
+
+_SDK_ON_FIRST_USE = """
+import asyncio, sys
+import httpx
+from asgi_lifespan import LifespanManager
+from app.config import Settings
+from app.main import create_app
+
+INITIALIZE = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "test", "version": "1"}},
+}
+
+async def main() -> None:
+    app = create_app(Settings(context_dir=sys.argv[1]))
+    async with LifespanManager(app) as started:
+        transport = httpx.ASGITransport(app=started.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            served = (await http.get("/healthz")).status_code
+            before = "mcp" in sys.modules
+            answer = await http.post(
+                "/mcp", json=INITIALIZE, headers={"Accept": "application/json, text/event-stream"}
+            )
+            print(served, before, answer.status_code, answer.json()["result"]["serverInfo"]["name"])
+
+asyncio.run(main())
+"""
+
+
+def test_the_sdk_is_imported_on_the_first_request_to_mcp(tmp_path: Path) -> None:
+    """A service nobody reaches over MCP does not pay the SDK's import (a third of a start)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SDK_ON_FIRST_USE, str(tmp_path / "contexts")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["200", "False", "200", "context-service"]
