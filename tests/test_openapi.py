@@ -3,7 +3,7 @@
 import orjson
 import yaml
 
-from app.cli.local import openapi_yaml
+from app.cli.runs import openapi_yaml
 from app.main import create_app
 from tests.support.paths import REPO
 

@@ -1,29 +1,29 @@
 """The commands that run on this machine, on its CONTEXT_DIR and database: ``serve``,
-``migrate``, ``openapi``, ``cleanup``, ``repair`` and ``mcp``."""
+``migrate``, ``openapi``, ``cleanup``, ``repair`` and ``mcp``.
+
+What each does is in app/cli/runs.py, imported when one of them runs: it loads the whole
+service (seconds on a slow machine), which ``--help``, ``--version`` and the commands that
+talk to a running service need not wait for."""
 
 import argparse
-import asyncio
-import json
 import uuid
+from collections.abc import Callable
 
-import uvicorn
-import yaml
-
-from app.auth.keys import OPEN
 from app.config import Settings
-from app.db.engine import open_database
-from app.errors import AppError
-from app.lifespan import open_services, prepare_storage
-from app.maintenance.schemas import MAX_DAYS, CleanupReport
-from app.storage.layout import Layout
-from app.storage.locks import TaskLocks, process_locks
+from app.maintenance.schemas import MAX_DAYS
+
+Run = Callable[[argparse.Namespace, argparse.ArgumentParser], None]
 
 
-def openapi_yaml() -> str:
-    """The app's OpenAPI document, as committed in openapi.yaml."""
-    from app.main import create_app
+def _runs(command: str, settings: Settings) -> Run:
+    """The body of ``command`` (a function of app/cli/runs.py), run with ``settings``."""
 
-    return yaml.safe_dump(create_app().openapi(), sort_keys=False, allow_unicode=True, width=100)
+    def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+        from app.cli import runs
+
+        getattr(runs, command)(settings, args, parser)
+
+    return run
 
 
 def add_commands(
@@ -46,15 +46,15 @@ def add_commands(
         default=1,
         help="worker processes; they share CONTEXT_DIR and the database",
     )
-    serve.set_defaults(run=lambda args, parser: _serve(settings, args))
+    serve.set_defaults(run=_runs("serve", settings))
 
     migrate = commands.add_parser(
         "migrate", help="create or upgrade the database, reconcile CONTEXT_DIR"
     )
-    migrate.set_defaults(run=lambda args, parser: _migrate(settings))
+    migrate.set_defaults(run=_runs("migrate", settings))
 
     openapi = commands.add_parser("openapi", help="print the OpenAPI document as YAML")
-    openapi.set_defaults(run=lambda args, parser: print(openapi_yaml(), end=""))
+    openapi.set_defaults(run=_runs("openapi", settings))
 
     cleanup = commands.add_parser(
         "cleanup", help="remove finished tasks older than N days; print the report as JSON"
@@ -66,7 +66,7 @@ def add_commands(
         help=f"0..{MAX_DAYS}; 0: every finished task (default: CLEANUP_DAYS)",
     )
     cleanup.add_argument("--dry-run", action="store_true", help="report only; change nothing")
-    cleanup.set_defaults(run=lambda args, parser: _cleanup(settings, args, parser))
+    cleanup.set_defaults(run=_runs("cleanup", settings))
 
     repair = commands.add_parser(
         "repair",
@@ -75,7 +75,7 @@ def add_commands(
     )
     repair.add_argument("uuid", type=_uuid, help="the task's uuid")
     repair.add_argument("--thread-id", type=int, default=0, help="a thread of the task (0: root)")
-    repair.set_defaults(run=lambda args, parser: _repair(settings, args, parser))
+    repair.set_defaults(run=_runs("repair", settings))
 
     mcp = commands.add_parser(
         "mcp",
@@ -84,75 +84,7 @@ def add_commands(
         "client that starts it. It opens CONTEXT_DIR and the database as `serve` does (and "
         "may run beside it); no API key applies: whoever can run it can read the files.",
     )
-    mcp.set_defaults(run=lambda args, parser: _mcp(settings))
-
-
-def _serve(settings: Settings, args: argparse.Namespace) -> None:
-    uvicorn.run(
-        "app.main:app",
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        limit_concurrency=settings.server.max_connections,
-        timeout_keep_alive=settings.server.keep_alive_timeout_s,
-    )
-
-
-def _migrate(settings: Settings) -> None:
-    async def migrate() -> None:
-        layout = Layout(settings.context_dir.resolve())
-        db = open_database(settings.effective_database_url)
-        locks = TaskLocks(process_locks(layout, db.engine))
-        try:
-            await prepare_storage(db, layout, locks)
-        finally:
-            await locks.close()
-            await db.dispose()
-
-    asyncio.run(migrate())
-    print(f"database at head; {settings.context_dir.resolve()} reconciled")
-
-
-def _cleanup(settings: Settings, args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    async def cleanup() -> CleanupReport:
-        async with open_services(settings) as services:
-            return await services.maintenance.cleanup(args.older_than_days, dry_run=args.dry_run)
-
-    try:
-        report = asyncio.run(cleanup())
-    except AppError as exc:
-        parser.error(exc.message)
-    print(report.model_dump_json(indent=2))
-
-
-def _repair(settings: Settings, args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    async def repair() -> dict[str, object]:
-        async with open_services(settings) as services:
-            lost = await services.store.accept_loss(args.uuid, args.thread_id)
-        return {
-            "uuid": args.uuid,
-            "thread_id": args.thread_id,
-            "repaired": lost is not None,
-            "lost": lost,
-        }
-
-    try:
-        repaired = asyncio.run(repair())
-    except AppError as exc:
-        parser.error(exc.message)
-    print(json.dumps(repaired))
-
-
-def _mcp(settings: Settings) -> None:
-    # Here, not at the top: the MCP SDK takes a second to import, which no other command needs.
-    from app.mcp_server.server import Caller, build_server
-
-    async def serve() -> None:
-        async with open_services(settings) as services:
-            caller = Caller(services=services, principal=OPEN)
-            await build_server(lambda ctx: caller).run_stdio_async()
-
-    asyncio.run(serve())
+    mcp.set_defaults(run=_runs("mcp", settings))
 
 
 def _uuid(value: str) -> str:
