@@ -15,7 +15,6 @@ usage (:mod:`app.tokens.calibration`).
 
 import asyncio
 import dataclasses
-import io
 import logging
 import shutil
 import time
@@ -30,6 +29,7 @@ import orjson
 
 from app.config import Settings
 from app.context import heads
+from app.context.checked import ParsedPrefixes
 from app.context.files import (
     MARKER,
     ContextFiles,
@@ -210,6 +210,7 @@ class ContextStore:
             on_written=self._written_behind,
         )
         self._rows: dict[str, _RememberedRow] = {}  # running tasks' rows, by uuid
+        self._parsed = ParsedPrefixes()  # what payloads found whole of each current.jsonl
         self._on_damaged_files = on_damaged_files
         self._max_message_bytes = settings.limits.max_message_bytes
         self._appends = AppendQueues(self._commit_group)
@@ -350,7 +351,10 @@ class ContextStore:
                 head = pending.head if pending and pending.base == committed else committed
                 directory = self.task_dir(task)
                 files = ContextFiles(context_dir(directory, thread_id))
-                return row, _open_if_whole(directory, files, head, "current")
+                opened = _open_if_whole(
+                    directory, files, head, "current", self._parsed, (task_uuid, thread_id)
+                )
+                return row, opened
 
             return await asyncio.to_thread(load)
         async with self.db.statements() as session:
@@ -523,6 +527,8 @@ class ContextStore:
                 self.files(locked),
                 locked.head,
                 file_name,
+                self._parsed,
+                (locked.task.uuid, locked.thread_id),
             )
         if opened is not None:
             prefetched, opened.prefetched = opened.prefetched, b""  # the snapshot's to free
@@ -940,7 +946,12 @@ class _Opened:
 
 
 def _open_if_whole(
-    task_dir: Path, files: ContextFiles, head: HeadState, file_name: str
+    task_dir: Path,
+    files: ContextFiles,
+    head: HeadState,
+    file_name: str,
+    parsed: ParsedPrefixes,
+    context: ContextKey,
 ) -> _Opened | None:
     """:func:`_open_snapshot` when the files agree with ``head`` and every line of a
     current.jsonl to be served parses, with current.jsonl's first bytes (up to a read's
@@ -952,9 +963,11 @@ def _open_if_whole(
         if file_name != "current":
             return _Opened(head, handle, metadata, b"")
         prefetched = handle.read(min(CHUNK, head.current_bytes))
-        whole = len(prefetched) == head.current_bytes
-        checked = io.BytesIO(prefetched) if whole else files.current
-        if first_damaged_line(checked, head.current_bytes) is not None:
+        if len(prefetched) == head.current_bytes:
+            damaged = parsed.first_damaged_line(context, prefetched)
+        else:
+            damaged = first_damaged_line(files.current, head.current_bytes)
+        if damaged is not None:
             handle.close()
             return None
         return _Opened(head, handle, metadata, prefetched)

@@ -102,10 +102,11 @@ def iter_lines(
             offset += len(line) + 1
 
 
-def first_damaged_line(source: Path | BinaryIO, end: int) -> int | None:
-    """The offset of the first whole line in [0, end) that is not a JSON object, or None.
-    (Recovery repairs tails; this finds bytes changed in the middle, by a disk or a hand.)"""
-    for offset, line in iter_lines(source, 0, end):
+def first_damaged_line(source: Path | BinaryIO, end: int, start: int = 0) -> int | None:
+    """The offset of the first whole line in [start, end) that is not a JSON object, or None
+    (``start`` on a line boundary). Recovery repairs tails; this finds bytes changed in the
+    middle, by a disk or a hand."""
+    for offset, line in iter_lines(source, start, end):
         try:
             if not isinstance(orjson.loads(line), dict):
                 return offset

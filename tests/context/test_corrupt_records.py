@@ -115,3 +115,23 @@ async def test_a_damaged_current_line_past_the_first_read_is_rebuilt_too(
     assert response.status_code == 200, response.text
     assert [m["content"] for m in response.json()["messages"]][1:] == contents
     assert current.read_bytes() == intact
+
+
+async def test_damage_made_after_a_payload_was_served_is_found_all_the_same(
+    client: httpx.AsyncClient, context_dir: Path
+) -> None:
+    """A payload remembers which first bytes of current.jsonl parsed (by their CRC), so that
+    the next parses only the lines appended since: bytes changed in place after it, length and
+    all kept, in those first bytes or in the lines after them, are found before any byte."""
+    task_uuid = await task_with_messages(client, 5, "message number")
+    current = task_dir(context_dir, task_uuid) / "current.jsonl"
+    for appended, damaged_line in (("appended", 2), ("appended again", -2)):
+        served = await client.get(f"/tasks/{task_uuid}/request")
+        assert served.status_code == 200, served.text
+        await post_messages(client, task_uuid, {"role": "user", "content": appended})
+        intact = current.read_bytes()
+        _damage_line(current, damaged_line)  # -2: the line appended since that payload
+        response = await client.get(f"/tasks/{task_uuid}/request")
+        assert response.status_code == 200, response.text
+        assert [m["content"] for m in response.json()["messages"]][-1] == appended
+        assert current.read_bytes() == intact
