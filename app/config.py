@@ -135,6 +135,14 @@ class ServerSettings(_Group):
     keep_alive_timeout_s: int = Field(
         5, ge=1, description="An idle keep-alive connection is closed after this."
     )
+    switch_interval_ms: float = Field(
+        0.5,
+        gt=0,
+        le=100,
+        description="How long a thread of the service runs Python before one waiting for the "
+        "interpreter gets it (Python's default: 5). Short, so that a request's hand-offs to "
+        "worker threads do not wait behind a compaction's work in another thread.",
+    )
 
 
 class LimitSettings(_Group):
@@ -485,6 +493,7 @@ LEGACY_ENV: dict[str, tuple[str, str]] = {
     "PORT": ("server", "port"),
     "MAX_CONNECTIONS": ("server", "max_connections"),
     "KEEP_ALIVE_TIMEOUT_S": ("server", "keep_alive_timeout_s"),
+    "SWITCH_INTERVAL_MS": ("server", "switch_interval_ms"),
     "MAX_BODY_BYTES": ("limits", "max_body_bytes"),
     "MAX_MESSAGE_BYTES": ("limits", "max_message_bytes"),
     "MAX_BATCH_MESSAGES": ("limits", "max_batch_messages"),

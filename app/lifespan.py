@@ -4,6 +4,7 @@ import asyncio
 import functools
 import logging
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -295,16 +296,22 @@ async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
     settings: Settings = app.state.settings
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(settings.storage.io_threads, "context-io"))
-    # The MCP route (app/mcp_server/mount.py) is served while the services are up.
-    async with open_services(settings) as services, app.state.mcp.running():
-        await services.runner.start()
-        cleanup = start_periodic_cleanup(services.maintenance, settings)
-        checkpoint = start_periodic_checkpoint(services.db, settings)
-        log.info("context service ready: %s", services.store.layout.root)
-        try:
-            yield {"services": services}
-        finally:
-            for periodic in (cleanup, checkpoint):
-                if periodic is not None:
-                    await periodic.stop()
-            await services.runner.stop()
+    # A process-wide setting: the interpreter's own default while the service is not up.
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(settings.server.switch_interval_ms / 1000)
+    try:
+        # The MCP route (app/mcp_server/mount.py) is served while the services are up.
+        async with open_services(settings) as services, app.state.mcp.running():
+            await services.runner.start()
+            cleanup = start_periodic_cleanup(services.maintenance, settings)
+            checkpoint = start_periodic_checkpoint(services.db, settings)
+            log.info("context service ready: %s", services.store.layout.root)
+            try:
+                yield {"services": services}
+            finally:
+                for periodic in (cleanup, checkpoint):
+                    if periodic is not None:
+                        await periodic.stop()
+                await services.runner.stop()
+    finally:
+        sys.setswitchinterval(switch_interval)

@@ -1,8 +1,10 @@
 """The composition root (app/lifespan.py) owns the summariser's processes: none before the first
 condense, none left once the service has stopped, none at all with
-COMPACTION__SUMMARIZER_PROCESSES=0."""
+COMPACTION__SUMMARIZER_PROCESSES=0; and it sets the interpreter's switch interval while the
+service is up."""
 
 import multiprocessing
+import sys
 from pathlib import Path
 
 import httpx
@@ -42,3 +44,14 @@ async def test_no_summariser_process_when_the_setting_is_zero(context_dir: Path)
     async with running_app(settings) as client:
         await condense(client)
         assert not multiprocessing.active_children()
+
+
+async def test_the_switch_interval_is_the_settings_while_the_service_is_up(
+    context_dir: Path,
+) -> None:
+    before = sys.getswitchinterval()
+    settings = Settings(context_dir=context_dir, server={"switch_interval_ms": 0.25})
+    async with running_app(settings) as client:
+        assert sys.getswitchinterval() == 0.00025
+        assert (await client.get("/healthz")).status_code == 200
+    assert sys.getswitchinterval() == before

@@ -350,8 +350,12 @@ class PreparedView:
         self.path.unlink(missing_ok=True)
 
 
-def prepare_view(files: ContextFiles, f: BinaryIO, base: HeadState, marker: Marker) -> PreparedView:
+def prepare_view(
+    files: ContextFiles, f: BinaryIO, base: HeadState, marker: Marker, *, fsync: bool
+) -> PreparedView:
     """Render, from an open messages.jsonl, the current.jsonl of ``base`` with ``marker``.
+    It is fsynced here, outside the task lock: the commit then flushes only the lines
+    appended since, and an append's fsync meanwhile has none of its megabytes to wait for.
 
     The rendering does not depend on the marker's seq (current.jsonl's lines carry none, and a
     compaction marker stands where its ``hides`` range starts), so records appended before the
@@ -368,6 +372,8 @@ def prepare_view(files: ContextFiles, f: BinaryIO, base: HeadState, marker: Mark
             records = (orjson.loads(x) for _, x in iter_lines(f, 0, end))
             for chunk in _chunks(_rendered_lines(records, active, view)):
                 out.write(chunk)
+            if fsync:
+                os.fsync(out.fileno())
     except BaseException:
         path.unlink(missing_ok=True)
         raise

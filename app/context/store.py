@@ -774,7 +774,7 @@ class ContextStore:
 
         def prepare() -> PreparedView:
             with open(files.messages, "rb") as f:
-                return prepare_view(files, f, base, marker)
+                return prepare_view(files, f, base, marker, fsync=self.fsync)
 
         try:
             return await asyncio.to_thread(prepare)

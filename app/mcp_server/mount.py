@@ -25,27 +25,32 @@ class LazyMCP:
 
     def __init__(self, max_body_bytes: int) -> None:
         self.max_body_bytes = max_body_bytes
-        self._wanted = asyncio.Event()
+        # Both made by each run of the lifespan, in its event loop: an app may be started
+        # again (tests do), and the server of a run before is gone with its session manager.
+        self._wanted: asyncio.Event | None = None
         self._route: asyncio.Future[BaseRoute] | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """While the app runs: /mcp is served from its first request on."""
-        self._route = asyncio.get_running_loop().create_future()
-        stop = asyncio.Event()
-        keeper = asyncio.create_task(self._keep(self._route, stop))
+        wanted, stop = asyncio.Event(), asyncio.Event()
+        route: asyncio.Future[BaseRoute] = asyncio.get_running_loop().create_future()
+        self._wanted, self._route = wanted, route
+        keeper = asyncio.create_task(self._keep(wanted, route, stop))
         try:
             yield
         finally:
             stop.set()
-            if not self._wanted.is_set():
+            if not wanted.is_set():
                 keeper.cancel()
             with suppress(asyncio.CancelledError):
                 await keeper
-            self._route = None
+            self._wanted = self._route = None
 
-    async def _keep(self, route: "asyncio.Future[BaseRoute]", stop: asyncio.Event) -> None:
-        await self._wanted.wait()
+    async def _keep(
+        self, wanted: asyncio.Event, route: "asyncio.Future[BaseRoute]", stop: asyncio.Event
+    ) -> None:
+        await wanted.wait()
         try:
             http = await asyncio.to_thread(importlib.import_module, MODULE)
             server, served = http.app_server(self.max_body_bytes)
@@ -57,7 +62,7 @@ class LazyMCP:
             await stop.wait()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._route is None:
+        if self._wanted is None or self._route is None:
             raise RuntimeError("/mcp is served while the app's lifespan runs")
         self._wanted.set()
         served = await asyncio.shield(self._route)

@@ -61,7 +61,7 @@ def test_a_prepared_view_with_appends_since_is_what_a_rebuild_gives(tmp_path: Pa
     files = files_in(tmp_path)
     base = append(files, HeadState(), turns(0, 40))
     with open(files.messages, "rb") as f:
-        prepared = prepare_view(files, f, base, condense((2, 30)))
+        prepared = prepare_view(files, f, base, condense((2, 30)), fsync=True)
     head = append(files, base, turns(40, 7))  # appended while it was prepared
 
     done = commit_prepared(files, prepared, head, condense((2, 30)), None, fsync=False)
@@ -80,7 +80,7 @@ def test_a_marker_appended_since_refuses_the_prepared_view(tmp_path: Path) -> No
     files = files_in(tmp_path)
     base = append(files, HeadState(), turns(0, 40))
     with open(files.messages, "rb") as f:
-        prepared = prepare_view(files, f, base, condense((2, 30)))
+        prepared = prepare_view(files, f, base, condense((2, 30)), fsync=True)
     head, _ = commit_marker(files, base, condense((10, 20)), None, fsync=False)
     size = files.messages.stat().st_size
 
@@ -94,7 +94,7 @@ def test_an_operators_repair_since_refuses_the_prepared_view(tmp_path: Path) -> 
     files = files_in(tmp_path)
     base = append(files, HeadState(), turns(0, 40))
     with open(files.messages, "rb") as f:
-        prepared = prepare_view(files, f, base, condense((2, 30)))
+        prepared = prepare_view(files, f, base, condense((2, 30)), fsync=True)
     with open(files.messages, "r+b") as f:
         f.truncate(base.messages_bytes // 2)
     repaired = accept_loss(files, base, "t", fsync=False, where=Where("t", 0))

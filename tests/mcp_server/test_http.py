@@ -2,6 +2,7 @@
 every tool and resource, the API keys (none, wrong, another tenant's task), bad input refused
 with the service's error and nothing written, and a plan update seen over REST."""
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -346,6 +347,45 @@ def test_the_session_manager_is_stateless() -> None:
     server = build_server(request_caller)
     http_route(server, max_body_bytes=1 << 20)
     assert server.session_manager.stateless is True
+
+
+INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+
+
+def test_an_app_started_again_in_another_event_loop_serves_mcp(tmp_path: Path) -> None:
+    """Each run of the lifespan has its own wait for the first request: the one of a run that
+    never served /mcp, bound to its loop, would leave the next run's first request hanging."""
+    from asgi_lifespan import LifespanManager
+
+    from app.config import Settings
+    from app.main import create_app
+
+    app = create_app(Settings(context_dir=tmp_path / "contexts"))
+
+    async def run(ask_mcp: bool) -> int:
+        async with LifespanManager(app) as started:
+            transport = httpx.ASGITransport(app=started.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+                if not ask_mcp:
+                    return (await http.get("/healthz")).status_code
+                accept = {"Accept": "application/json, text/event-stream"}
+                answer = await asyncio.wait_for(
+                    http.post("/mcp", json=INITIALIZE, headers=accept), WAIT_S
+                )
+                return answer.status_code
+
+    assert asyncio.run(run(ask_mcp=False)) == 200
+    assert asyncio.run(run(ask_mcp=True)) == 200
+    assert asyncio.run(run(ask_mcp=True)) == 200
 
 
 _SDK_ON_FIRST_USE = """
