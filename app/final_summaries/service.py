@@ -19,7 +19,7 @@ from app.context.store import ContextStore
 from app.db.models import Job
 from app.errors import Conflict, ErrorCode
 from app.final_summaries.prompt import FINAL_SUMMARY_PROMPT, header
-from app.jobs.queue import JobQueue
+from app.jobs.queue import ACTIVE, JobQueue
 from app.lifecycle import FINISHED
 from app.llm.errors import LLMError
 from app.storage.jsonl import write_atomic
@@ -113,7 +113,8 @@ class FinalSummaryService:
                 )
             text = await asyncio.to_thread(read_final_summary, self.store.task_dir(task))
         job = await self.jobs.latest(task_uuid, KIND)
-        if text is not None:
+        # The job writes the file, then records what wrote it: until then it is pending.
+        if text is not None and (job is None or job.status not in ACTIVE):
             return FinalSummary("ready", text, job)
         if job is None:  # a task finished before final summaries existed
             job = await self.jobs.enqueue_once(task_uuid, KIND)

@@ -105,6 +105,31 @@ async def test_a_backend_that_keeps_failing_gives_way_to_the_digest_on_the_last_
     assert len(fake_llm.requests) == 2  # one call per attempt
 
 
+async def test_a_summary_on_disk_is_pending_until_its_job_has_recorded_its_end(
+    context_dir: Path, fake_llm: FakeLLM
+) -> None:
+    """The job writes the file, then records which summariser wrote it: a file whose job is
+    still under way (written by an attempt cut short after it, or by this one a moment before
+    its end) is answered as pending, never as ready without its summariser."""
+    fake_llm.set("ok", delay=60.0)  # the job's call waits until the test lets it go
+    async with running_app(llm_settings(context_dir, fake_llm)) as client:
+        task = await run_and_finish(client, "complete")
+        uuid = task["uuid"]
+        await until(lambda: bool(fake_llm.requests))
+        # What an attempt cut short after writing its file leaves beside the running job.
+        (context_dir / "completed" / uuid / "final_summary.txt").write_text("An earlier attempt.")
+        response = await client.get(f"/tasks/{uuid}/final-summary")
+        assert response.status_code == 202, response.text
+        assert response.json()["status"] == "pending"
+        assert response.json()["summary"] is None
+        assert response.json()["job"]["status"] == "running"
+        fake_llm.reset()  # the call goes on and answers
+        found = await final_summary(client, uuid)
+    assert found["status"] == "ready"
+    assert found["summarizer"] == "openai:fake-model"
+    assert found["summary"].endswith("This is the summary.")
+
+
 @pytest.mark.parametrize("action", ["complete", "fail"])
 async def test_the_job_commits_with_the_transition(context_dir: Path, action: str) -> None:
     """Queued in the transition's own transaction: its row exists as soon as the answer does."""
