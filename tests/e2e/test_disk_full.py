@@ -10,6 +10,7 @@ world, no code of ours patched.
 import asyncio
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from tests.support.schemas import validate_openai_request
 from tests.support.server import ServerPool, assert_seqs_contiguous
 from tests.support.tasks import all_messages, task_body
+from tests.support.waits import WAIT_S, until
 
 pytestmark = pytest.mark.e2e
 
@@ -200,10 +202,8 @@ async def test_a_full_database_disk_still_acknowledges_appends_and_serves_reads(
                 )
                 assert response.status_code == 201, response.text
             wal = db_disk / "tasks.db-wal"
-            for _ in range(50):  # the log checkpointed away: the next write needs new room
-                if wal_bytes(wal) == 0:
-                    break
-                await asyncio.sleep(0.1)
+            # The log checkpointed away: the next write needs new room.
+            await until(lambda: wal_bytes(wal) == 0)
             fill_up(db_disk / "ballast")
 
             payload = await http.get(f"/tasks/{uuid}/request")
@@ -303,7 +303,8 @@ async def test_a_full_disk_with_the_database_on_it_answers_507_and_serves_reads(
         # Room again, the same server: ready, the log checkpointed away, appends go on.
         ballast.unlink()
         wal = small_disk / "tasks.db-wal"
-        for _ in range(100):
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
             ready = await http.get("/readyz")
             if ready.status_code == 200 and wal_bytes(wal) == 0:
                 break
