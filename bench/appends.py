@@ -118,29 +118,43 @@ def raw_appends_per_s(directory: Path, *, fsync: bool, seconds: float) -> float:
     return count / (time.perf_counter() - started)
 
 
+def merged(loads: Sequence[Load]) -> Load:
+    """The slices of one case as one load."""
+    return Load(
+        sum(load.seconds for load in loads),
+        [latency for load in loads for latency in load.latencies],
+        sum(load.server_cpu_s for load in loads),
+        sum(load.client_cpu_s for load in loads),
+    )
+
+
 async def measure_service(
-    service: Service, agents: tuple[int, ...], seconds: float
+    service: Service, agents: tuple[int, ...], seconds: float, slices: int
 ) -> list[dict[str, Any]]:
+    """At each concurrency, GET /healthz and the two append cases, ``seconds`` each, taken in
+    ``slices`` turns (healthz, own tasks, one task, again): this machine's speed drifts by tens
+    of percent within a minute, and a ratio of two cases holds only if both saw the same."""
     rows = []
+    body = {"role": "user", "content": MESSAGE}
     for count in agents:
-        floor = await drive(service, [("GET", "/healthz", None)] * count, seconds)
+        with http_client(service) as setup:
+            own = [create_task(setup, WINDOW) for _ in range(count)]
+            shared = create_task(setup, WINDOW)
+        cases: dict[str, list[tuple[str, str, dict[str, Any] | None]]] = {
+            "GET /healthz": [("GET", "/healthz", None)] * count,
+            "append, own tasks": [("POST", f"/tasks/{uuid}/messages", body) for uuid in own],
+            "append, one task": [("POST", f"/tasks/{shared}/messages", body)] * count,
+        }
+        taken: dict[str, list[Load]] = {case: [] for case in cases}
+        for _ in range(slices):
+            for case, requests in cases.items():
+                taken[case].append(await drive(service, requests, seconds / slices))
+        floor = merged(taken["GET /healthz"])
         rows.append({"case": "GET /healthz", "agents": count, **floor.row()})
-        for shared in (False, True):
-            with http_client(service) as setup:
-                tasks = [create_task(setup, WINDOW) for _ in range(1 if shared else count)]
-            body = {"role": "user", "content": MESSAGE}
-            appends = [
-                ("POST", f"/tasks/{tasks[i % len(tasks)]}/messages", body) for i in range(count)
-            ]
-            load = await drive(service, appends, seconds)
-            rows.append(
-                {
-                    "case": "append, one task" if shared else "append, own tasks",
-                    "agents": count,
-                    **load.row(),
-                    "of_healthz": round(load.per_s / floor.per_s, 3),
-                }
-            )
+        for case in ("append, own tasks", "append, one task"):
+            load = merged(taken[case])
+            of_healthz = round(load.per_s / floor.per_s, 3)
+            rows.append({"case": case, "agents": count, **load.row(), "of_healthz": of_healthz})
     return rows
 
 
@@ -242,7 +256,7 @@ async def breakdown(scratch: Path, count: int) -> list[tuple[str, float]]:
 
 def run(quick: bool, scratch: Path) -> Report:
     agents = (1, 8) if quick else AGENTS
-    seconds = 0.3 if quick else 2.5
+    seconds, slices = (0.3, 1) if quick else (3.0, 5)
     raw = {
         "fsync": raw_appends_per_s(scratch, fsync=True, seconds=seconds),
         "nofsync": raw_appends_per_s(scratch, fsync=False, seconds=seconds),
@@ -250,15 +264,16 @@ def run(quick: bool, scratch: Path) -> Report:
     results: dict[str, list[dict[str, Any]]] = {}
     for mode in ("always", "never"):
         with Service(scratch / f"fsync-{mode}" / "contexts", FSYNC=mode) as service:
-            results[mode] = asyncio.run(measure_service(service, agents, seconds))
+            results[mode] = asyncio.run(measure_service(service, agents, seconds, slices))
     parts = asyncio.run(breakdown(scratch, 100 if quick else 2000))
-    return report(raw, results, seconds, parts)
+    return report(raw, results, seconds, slices, parts)
 
 
 def report(
     raw: dict[str, float],
     results: dict[str, list[dict[str, Any]]],
     seconds: float,
+    slices: int,
     parts: list[tuple[str, float]],
 ) -> Report:
     columns = [
@@ -299,7 +314,8 @@ def report(
         [["os.write + os.fsync", round(raw["fsync"], 1)], ["os.write", round(raw["nofsync"], 1)]],
     )
     table.notes = [
-        f"Each case runs {seconds} s after a warm-up. 'of raw': msg/s over the raw loop of the",
+        f"Each case runs {seconds} s in {slices} slices, after a warm-up each, the three cases",
+        "of a concurrency taking turns. 'of raw': msg/s over the raw loop of the",
         "same fsync mode; 'of healthz': over GET /healthz at the same concurrency (the HTTP floor",
         "of this client + uvicorn on this machine). Group commit lets concurrent appends to one",
         "task share an fsync, so with fsync on they can pass the one-fsync-per-line raw loop.",
