@@ -53,6 +53,8 @@ def database_url(
         return
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("SQLite only")
+    if request.node.get_closest_marker("database_agnostic"):
+        pytest.skip("the same on any database: run on SQLite")
     url = postgres.create()
     monkeypatch.setenv("DATABASE_URL", url)
     yield url

@@ -33,6 +33,8 @@ from tests.support.tasks import key, task_body
 from tests.support.threads import start
 from tests.support.waits import settled_jobs
 
+pytestmark = pytest.mark.database_agnostic
+
 SENTINEL = "sentinel outside CONTEXT_DIR: never read, never shown"
 DAY_NS = 86_400 * 10**9
 

@@ -1,7 +1,11 @@
 """The ops page's session: signed with the key it was issued for, never holding it."""
 
+import pytest
+
 from app.auth import sessions
 from app.config import ApiKeyConfig
+
+pytestmark = pytest.mark.database_agnostic
 
 ADMIN = "admin-3Nf6bT1yH8cJ5zD0"
 KEYS = {

@@ -4,6 +4,8 @@ import pytest
 
 from app.budgets.policy import budget_for, default_reserved_output, effective_threshold
 
+pytestmark = pytest.mark.database_agnostic
+
 
 def test_budget_defaults() -> None:
     assert default_reserved_output(128_000) == 8192

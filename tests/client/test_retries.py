@@ -19,7 +19,7 @@ from tests.support.client import task_key
 from tests.support.flaky_proxy import Fault, FlakyProxy, flaky_proxy
 from tests.support.server import ServerPool, free_port
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.database_agnostic]
 
 QUICK = RetryPolicy(max_retries=3, backoff_s=0.01, backoff_max_s=0.05)
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")

@@ -8,6 +8,8 @@ import pytest
 
 from context_client.retry import RetryPolicy, retry_after
 
+pytestmark = pytest.mark.database_agnostic
+
 POLICY = RetryPolicy(max_retries=3, backoff_s=0.5, backoff_max_s=2.0, retry_after_max_s=10.0)
 REQUEST = httpx.Request("POST", "http://test/tasks/x/messages")
 

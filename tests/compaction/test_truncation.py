@@ -5,6 +5,8 @@ bounded by the context's budget."""
 import json
 from typing import Any
 
+import pytest
+
 from app.compaction.truncation import (
     FACTS_SHARE,
     HiddenFacts,
@@ -16,6 +18,8 @@ from app.summaries.excerpts import ELISION_HANDLE, ELISION_TEXT
 from app.summaries.layout import listed_sections
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import counter_for
+
+pytestmark = pytest.mark.database_agnostic
 
 COUNTER = counter_for("gpt-4o", "auto")
 HEADER = "[Sliding window truncation: {} messages hidden to reduce context (seq {}-{})]"

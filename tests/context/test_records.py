@@ -9,6 +9,8 @@ from app.errors import Conflict, InvalidInput, TooLarge
 from app.formats.costs import TokenCosts
 from app.tokens.counters import HeuristicCounter
 
+pytestmark = pytest.mark.database_agnostic
+
 CALL = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
 
 

@@ -22,7 +22,7 @@ from tests.support.files import snapshot_dir
 from tests.support.server import Server, ServerPool, read_until_closed, status_and_headers
 from tests.support.tasks import all_messages, task_body
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.database_agnostic]
 
 MiB = 1024 * 1024
 CHUNK = 64 * 1024

@@ -12,7 +12,7 @@ from app.formats import FORMATS
 from tests.support.server import Server, ServerPool
 from tests.support.tasks import task_body
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.database_agnostic]
 
 MiB = 1024 * 1024
 TOOL_OUTPUTS = 100  # each about 1 MiB: a ~100 MiB context

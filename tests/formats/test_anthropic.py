@@ -3,6 +3,7 @@
 from typing import Any
 
 import orjson
+import pytest
 
 from app.formats import FORMATS
 from app.formats.anthropic import NO_RESULT, PER_BLOCK, STANDALONE_ID
@@ -21,6 +22,8 @@ from tests.support.formats import (
     stored_sum,
     user,
 )
+
+pytestmark = pytest.mark.database_agnostic
 
 ANTHROPIC = FORMATS["anthropic"]
 COUNTER = HeuristicCounter()

@@ -25,6 +25,8 @@ from tests.support.formats import (
     validate_payload,
 )
 
+pytestmark = pytest.mark.database_agnostic
+
 COUNTER = HeuristicCounter()
 load = cache(corpus_messages)  # each file is read by several tests
 

@@ -1,5 +1,7 @@
 """The Ollama format: string contents, images, object arguments, tool names, options."""
 
+import pytest
+
 from app.formats import FORMATS
 from app.formats.parts import RAW_ARGUMENTS_KEY
 from app.tokens.accounting import inline_image_tokens
@@ -15,6 +17,8 @@ from tests.support.formats import (
     stored_sum,
     user,
 )
+
+pytestmark = pytest.mark.database_agnostic
 
 OLLAMA = FORMATS["ollama"]
 COUNTER = HeuristicCounter()

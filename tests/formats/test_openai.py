@@ -19,6 +19,8 @@ from tests.support.formats import (
     user,
 )
 
+pytestmark = pytest.mark.database_agnostic
+
 COUNTER = HeuristicCounter()
 MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a coding agent."},

@@ -6,6 +6,8 @@ from pydantic import ValidationError
 
 from app.messages.schemas import MessageIn
 
+pytestmark = pytest.mark.database_agnostic
+
 
 @pytest.mark.parametrize(
     "body",

@@ -10,6 +10,8 @@ from app.formats.parts import image_media_type
 from app.messages.native import detect, read_body
 from tests.support.formats import PNG
 
+pytestmark = pytest.mark.database_agnostic
+
 JPEG = "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBD"
 GIF = "R0lGODlhAQABAIAAAP///wAAACH5BAEAAAAALAAAAAABAAEAAAICRAEAOw=="
 WEBP = "UklGRiQAAABXRUJQVlA4IBgAAAAwAQCdASoBAAEAAwA0JaQAA3AA/vuUAAA="

@@ -1,6 +1,10 @@
 """A history record as plain text, and the bounded pieces of it recall and search show."""
 
+import pytest
+
 from app.messages.text import message_text, snippet
+
+pytestmark = pytest.mark.database_agnostic
 
 
 def test_the_text_of_a_message_names_its_parts_and_tool_calls() -> None:

@@ -26,6 +26,8 @@ from tests.support.formats import (
 )
 from tests.support.tasks import windowed_task
 
+pytestmark = pytest.mark.database_agnostic
+
 WINDOWS = {8000: 1000, 32000: 4000}  # context_length -> max_output_tokens
 BATCH = 25
 STABLE_TRIES = 20

@@ -8,6 +8,8 @@ from app.errors import AppError
 from app.proxy.resolution import TaskRef, known_window, requested_window, task_ref
 from app.task_key import TaskKey
 
+pytestmark = pytest.mark.database_agnostic
+
 UUID = "5f0c8a4e-8a43-4f0e-9d43-1a2b3c4d5e6f"
 KEY_HEADERS = {
     "x-context-task-source": "github",

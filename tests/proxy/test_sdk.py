@@ -32,6 +32,8 @@ from tests.support.proxy import (
 )
 from tests.support.server import Server, ServerPool
 
+pytestmark = pytest.mark.database_agnostic
+
 fake_llm = llm_server.fake_llm
 
 TASK = "5f0c8a4e-8a43-4f0e-9d43-1a2b3c4d5e6f"

@@ -8,6 +8,8 @@ import pytest
 from app.errors import AppError
 from app.proxy.wires import WIRES, anthropic_reply, openai_reply
 
+pytestmark = pytest.mark.database_agnostic
+
 OPENAI = WIRES["openai"]
 ANTHROPIC = WIRES["anthropic"]
 

@@ -2,9 +2,13 @@
 
 from typing import Any
 
+import pytest
+
 from app.planning.items import ChecklistItem, item_line
 from app.summaries.digest import NEXT_STEPS, extractive_digest
 from app.summaries.layout import PLAN_TITLE
+
+pytestmark = pytest.mark.database_agnostic
 
 RECORDS: list[dict[str, Any]] = [
     {"role": "user", "content": "Please fix src/parser.py. " + "context " * 20, "seq": 2},

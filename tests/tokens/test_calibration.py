@@ -8,6 +8,8 @@ from app.tokens.calibration import (
     reported_prompt_tokens,
 )
 
+pytestmark = pytest.mark.database_agnostic
+
 POLICY = CalibrationPolicy(low=0.5, high=3.0, smoothing=0.3)
 
 

@@ -1,7 +1,11 @@
 """Seed 000's heuristic and the message accounting around it."""
 
+import pytest
+
 from app.tokens.accounting import PER_MESSAGE, image_tokens, message_tokens
 from app.tokens.counters import HeuristicCounter
+
+pytestmark = pytest.mark.database_agnostic
 
 counter = HeuristicCounter()
 

@@ -1,5 +1,7 @@
 """The coordinates the pages draw: the context strip and the bar charts."""
 
+import pytest
+
 from app.ui.charts import (
     BarKind,
     ContextEntry,
@@ -8,6 +10,8 @@ from app.ui.charts import (
     context_picture,
     preview,
 )
+
+pytestmark = pytest.mark.database_agnostic
 
 
 def entry(tokens: int, kind: BarKind = "message") -> ContextEntry:
