@@ -334,7 +334,9 @@ def read_only(directory: Path, how: str) -> Iterator[None]:
             subprocess.run(["mount", "-o", "remount,bind,ro", directory, directory], check=True)
             yield
         finally:
-            subprocess.run(["umount", directory], check=True)
+            # Lazy: a descriptor the server still holds there for a moment (a lock file its
+            # background work took) would make a plain umount fail as busy.
+            subprocess.run(["umount", "--lazy", directory], check=True)
         return
     paths = [directory, *directory.rglob("*")]
     modes = {path: path.stat().st_mode for path in paths}
