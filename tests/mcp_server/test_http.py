@@ -389,17 +389,13 @@ def test_an_app_started_again_in_another_event_loop_serves_mcp(tmp_path: Path) -
 
 
 _SDK_ON_FIRST_USE = """
-import asyncio, sys
+import asyncio, json, sys
 import httpx
 from asgi_lifespan import LifespanManager
 from app.config import Settings
 from app.main import create_app
 
-INITIALIZE = {
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-               "clientInfo": {"name": "test", "version": "1"}},
-}
+INITIALIZE = json.loads(sys.argv[2])
 
 async def main() -> None:
     app = create_app(Settings(context_dir=sys.argv[1]))
@@ -420,7 +416,10 @@ asyncio.run(main())
 def test_the_sdk_is_imported_on_the_first_request_to_mcp(tmp_path: Path) -> None:
     """A service nobody reaches over MCP does not pay the SDK's import (a third of a start)."""
     done = subprocess.run(
-        [sys.executable, "-c", _SDK_ON_FIRST_USE, str(tmp_path / "contexts")],
+        [
+            *(sys.executable, "-c", _SDK_ON_FIRST_USE),
+            *(str(tmp_path / "contexts"), json.dumps(INITIALIZE)),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
