@@ -127,9 +127,12 @@ class JobQueue:
         A running job whose lease ran out lost its worker (killed, or its host gone): it is due
         again, for any worker of any process; after its last attempt it fails instead.
         """
-        now = datetime.now(UTC)
-        expired = and_(Job.status == "running", Job.lease_until < now)
         async with self.db.transaction() as session:
+            # The time once the transaction is ours: a claim that waited for the database's
+            # write lock longer than a lease would otherwise hand out a lease already over,
+            # and the next claim would take the job from a run that has just started.
+            now = datetime.now(UTC)
+            expired = and_(Job.status == "running", Job.lease_until < now)
             await session.execute(
                 update(Job)
                 .where(expired, Job.attempts >= Job.max_attempts)
@@ -164,8 +167,8 @@ class JobQueue:
 
     async def renew(self, job: Job) -> bool:
         """Extend the run's lease; False when the job is no longer this run's."""
-        until = datetime.now(UTC) + timedelta(seconds=self.lease_s)
         async with self.db.transaction() as session:
+            until = datetime.now(UTC) + timedelta(seconds=self.lease_s)  # from the write on
             result = await session.execute(
                 update(Job).where(self._still_ours(job)).values(lease_until=until)
             )

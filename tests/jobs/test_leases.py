@@ -5,6 +5,7 @@ renew nor record anything; a job whose last attempt died fails instead of stayin
 import asyncio
 
 import pytest
+from sqlalchemy import text
 
 from app.db.engine import open_database
 from app.jobs.queue import JobQueue
@@ -55,5 +56,37 @@ async def test_a_job_whose_last_attempt_died_fails(task_and_db: tuple[str, str])
         assert (row.id, row.status, row.attempts) == (job.id, "failed", 1)
         assert row.error == "its worker stopped during the last attempt"
         assert row.finished_at is not None
+    finally:
+        await db.dispose()
+
+
+async def test_a_lease_runs_from_the_claim_not_from_the_wait_for_the_database(
+    task_and_db: tuple[str, str],
+) -> None:
+    """A claim that waits for the database (another write holds it, on a loaded host) longer
+    than a lease still gets a whole lease: a lease already over would let the next claim take
+    the job from a run that has just started (and fail it after its last attempt)."""
+    task_uuid, url = task_and_db
+    db = open_database(url)
+    try:
+        queue = JobQueue(db, max_attempts=1, lease_s=LEASE_S)
+        await queue.enqueue_once(task_uuid, "condense")
+        holding = asyncio.Event()
+
+        async def hold_the_database() -> None:
+            async with db.transaction() as session:
+                await session.execute(text("SELECT 1"))  # SQLite: writes wait for it
+                holding.set()
+                await asyncio.sleep(LEASE_S * 3)
+
+        holder = asyncio.create_task(hold_the_database())
+        await holding.wait()
+        job = await queue.claim()
+        await holder
+        assert job is not None
+        assert await queue.claim() is None  # not expired at once: still the first run's
+        assert await queue.renew(job)
+        [row] = await queue.list(task_uuid=task_uuid, status=None, limit=10)
+        assert (row.status, row.attempts) == ("running", 1)
     finally:
         await db.dispose()

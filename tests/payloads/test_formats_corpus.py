@@ -48,8 +48,9 @@ def counter() -> TextCounter:
 async def check_formats(
     client: httpx.AsyncClient, uuid: str, counter: TextCounter, budget: int
 ) -> None:
-    for name, payload_format in FORMATS.items():
-        response, context = await served_with_context(client, uuid, name)
+    context, served_in = await served_with_context(client, uuid)
+    for name, response in served_in.items():
+        payload_format = FORMATS[name]
         served = int(response.headers["X-Context-Tokens"])
         assert int(response.headers["X-Context-Budget"]) == budget
         assert response.headers["X-Token-Counter"] == "o200k_base"
@@ -67,17 +68,20 @@ async def check_formats(
 
 
 async def served_with_context(
-    client: httpx.AsyncClient, uuid: str, name: str
-) -> tuple[httpx.Response, list[dict[str, Any]]]:
-    """The payload in format ``name`` and the context it was rendered from (its OpenAI
-    messages, fetched before and after it: again when a background compaction changed the
-    context between them)."""
+    client: httpx.AsyncClient, uuid: str
+) -> tuple[list[dict[str, Any]], dict[str, httpx.Response]]:
+    """The context (its OpenAI messages) and the payload in every format rendered from it:
+    the context is fetched before and after the payloads, all again when a background
+    compaction changed it between them."""
     for _ in range(STABLE_TRIES):
         before = await openai_messages(client, uuid)
-        response = await client.get(f"/tasks/{uuid}/request", params={"format": name})
-        assert response.status_code == 200, (name, response.text[:2000])
+        served_in = {}
+        for name in FORMATS:
+            response = await client.get(f"/tasks/{uuid}/request", params={"format": name})
+            assert response.status_code == 200, (name, response.text[:2000])
+            served_in[name] = response
         if await openai_messages(client, uuid) == before:
-            return response, before
+            return before, served_in
     raise AssertionError(f"the context of {uuid} kept changing")
 
 

@@ -15,14 +15,11 @@ Validating: its provider's schema, its SDK's types, its pairing rules.
 
 import dataclasses
 import functools
-import json
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pydantic
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
-from jsonschema import Draft202012Validator
 
 from app.context.records import current_line
 from app.formats import FORMATS
@@ -40,7 +37,9 @@ from app.tokens.accounting import PER_PAYLOAD
 from app.tokens.counters import HeuristicCounter, TextCounter
 from tests.support.paths import SCHEMAS
 from tests.support.schemas import (
+    SchemaCheck,
     assert_tool_pairing,
+    load_schema_check,
     raise_problems,
     schema_errors,
     sdk_errors,
@@ -260,15 +259,9 @@ def adjustment(
     return 0  # openai and lmstudio send the stored messages verbatim
 
 
-def _validator(path: Path) -> Draft202012Validator:
-    schema = json.loads(path.read_text(encoding="utf-8"))
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
-
-
 @functools.cache
-def anthropic_schema_validator() -> Draft202012Validator:
-    return _validator(ANTHROPIC_SCHEMA)
+def anthropic_schema_validator() -> SchemaCheck:
+    return load_schema_check(ANTHROPIC_SCHEMA)
 
 
 @functools.cache
@@ -277,8 +270,8 @@ def anthropic_sdk_adapter() -> pydantic.TypeAdapter[MessageCreateParamsNonStream
 
 
 @functools.cache
-def ollama_schema_validator() -> Draft202012Validator:
-    return _validator(OLLAMA_SCHEMA)
+def ollama_schema_validator() -> SchemaCheck:
+    return load_schema_check(OLLAMA_SCHEMA)
 
 
 def validate_anthropic_request(payload: Any) -> None:
