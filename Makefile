@@ -5,6 +5,10 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Compiled modules are cached in __pycache__ even where the environment says not to: the tests
+# start the service in hundreds of processes, and each compiled the whole app again (~12% of
+# the time of the process-heavy tests).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help install run test test-sqlite test-postgres lint format migrate openapi bench fuzz clean
 
