@@ -5,10 +5,10 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Compiled modules are cached in __pycache__ even where the environment says not to: the tests
-# start the service in hundreds of processes, and each compiled the whole app again (~12% of
-# the time of the process-heavy tests).
-unexport PYTHONDONTWRITEBYTECODE
+# The tests cache compiled modules even where the environment says not to: they start the
+# service in hundreds of processes, and each compiled the whole app again (~12% of the time of
+# the process-heavy tests).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
 .PHONY: help install run test test-sqlite test-postgres lint format migrate openapi bench fuzz clean
 
@@ -32,13 +32,13 @@ test: $(STAMP) ## the whole test suite on SQLite and on PostgreSQL, side by side
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
 
 test-sqlite: $(STAMP) ## the whole test suite on SQLite
-	$(BIN)/pytest
+	$(PYTEST)
 
 # scripts/test-postgres installs Debian's PostgreSQL when missing and starts a throwaway server,
 # stopped when the suite ends (one already running is used and left running); its failure
 # fails the target (never a silent run on SQLite).
 test-postgres: $(STAMP) ## the whole test suite on PostgreSQL (a throwaway server on 127.0.0.1)
-	scripts/test-postgres run $(BIN)/pytest
+	scripts/test-postgres run $(PYTEST)
 
 lint: $(STAMP) ## ruff (lint + format check), mypy, alembic check
 	$(BIN)/ruff check .
@@ -68,3 +68,4 @@ fuzz: $(STAMP) ## play 10,000 random conversations against the real app, invaria
 
 clean: ## remove .venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from tests.support.schemas import (
-    openai_schema_validator,
+    openai_schema_check,
     openai_sdk_adapter,
     schema_errors,
     sdk_errors,
@@ -107,5 +107,5 @@ def test_failure_message_stays_short_for_huge_content() -> None:
 
 def test_validators_are_built_once() -> None:
     """The large schema is compiled once per process."""
-    assert openai_schema_validator() is openai_schema_validator()
+    assert openai_schema_check() is openai_schema_check()
     assert openai_sdk_adapter() is openai_sdk_adapter()

@@ -3,9 +3,11 @@ worker, at any time, not only at a start; the old run, should it still be alive,
 renew nor record anything; a job whose last attempt died fails instead of staying running."""
 
 import asyncio
+import sqlite3
+import time
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url
 
 from app.db.engine import open_database
 from app.jobs.queue import JobQueue
@@ -60,31 +62,37 @@ async def test_a_job_whose_last_attempt_died_fails(task_and_db: tuple[str, str])
         await db.dispose()
 
 
+@pytest.mark.sqlite_only  # PostgreSQL locks rows: a claim waits for no other writer
 async def test_a_lease_runs_from_the_claim_not_from_the_wait_for_the_database(
     task_and_db: tuple[str, str],
 ) -> None:
-    """A claim that waits for the database (another write holds it, on a loaded host) longer
-    than a lease still gets a whole lease: a lease already over would let the next claim take
-    the job from a run that has just started (and fail it after its last attempt)."""
+    """A claim that waits for SQLite's write lock (another process writing, on a loaded host)
+    longer than a lease still gets a whole lease: a lease already over would let the next
+    claim take the job from the run that has just started."""
     task_uuid, url = task_and_db
     db = open_database(url)
     try:
-        queue = JobQueue(db, max_attempts=1, lease_s=LEASE_S)
+        queue = JobQueue(db, max_attempts=2, lease_s=LEASE_S)
         await queue.enqueue_once(task_uuid, "condense")
+        loop = asyncio.get_running_loop()
         holding = asyncio.Event()
 
-        async def hold_the_database() -> None:
-            async with db.transaction() as session:
-                await session.execute(text("SELECT 1"))  # SQLite: writes wait for it
-                holding.set()
-                await asyncio.sleep(LEASE_S * 3)
+        def another_process_writes() -> None:
+            other = sqlite3.connect(make_url(url).database or "", isolation_level=None)
+            try:
+                other.execute("BEGIN IMMEDIATE")
+                loop.call_soon_threadsafe(holding.set)
+                time.sleep(LEASE_S * 3)
+                other.execute("COMMIT")
+            finally:
+                other.close()
 
-        holder = asyncio.create_task(hold_the_database())
+        writer = asyncio.create_task(asyncio.to_thread(another_process_writes))
         await holding.wait()
         job = await queue.claim()
-        await holder
+        await writer
         assert job is not None
-        assert await queue.claim() is None  # not expired at once: still the first run's
+        assert await queue.claim() is None  # still leased to the first run
         assert await queue.renew(job)
         [row] = await queue.list(task_uuid=task_uuid, status=None, limit=10)
         assert (row.status, row.attempts) == ("running", 1)

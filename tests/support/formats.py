@@ -260,7 +260,7 @@ def adjustment(
 
 
 @functools.cache
-def anthropic_schema_validator() -> SchemaCheck:
+def anthropic_schema_check() -> SchemaCheck:
     return load_schema_check(ANTHROPIC_SCHEMA)
 
 
@@ -270,7 +270,7 @@ def anthropic_sdk_adapter() -> pydantic.TypeAdapter[MessageCreateParamsNonStream
 
 
 @functools.cache
-def ollama_schema_validator() -> SchemaCheck:
+def ollama_schema_check() -> SchemaCheck:
     return load_schema_check(OLLAMA_SCHEMA)
 
 
@@ -279,7 +279,7 @@ def validate_anthropic_request(payload: Any) -> None:
     raise_problems(
         "Anthropic messages request",
         [
-            ("JSON Schema", schema_errors(payload, anthropic_schema_validator())),
+            ("JSON Schema", schema_errors(payload, anthropic_schema_check())),
             ("anthropic SDK", sdk_errors(payload, anthropic_sdk_adapter())),
         ],
     )
@@ -328,7 +328,7 @@ def assert_anthropic_sequence(payload: dict[str, Any]) -> None:
 def validate_ollama_request(payload: Any) -> None:
     """Fail unless the payload passes the /api/chat schema and pairs results by id and name."""
     raise_problems(
-        "Ollama chat request", [("JSON Schema", schema_errors(payload, ollama_schema_validator()))]
+        "Ollama chat request", [("JSON Schema", schema_errors(payload, ollama_schema_check()))]
     )
     calls: dict[str, list[str]] = {}
     for index, message in enumerate(payload["messages"]):
