@@ -66,13 +66,16 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """A write transaction, committed when the block ends without an exception."""
+        """A write transaction, committed when the block ends without an exception; begun
+        (on SQLite: its write lock held) before the block runs, so that a time the block takes,
+        such as a job's lease, does not include the wait for another writer."""
         try:
             async with (
                 self._write_lock if self.serialize_writes else nullcontext(),
                 self.writer() as session,
                 session.begin(),
             ):
+                await session.connection()  # SQLAlchemy would begin at the first statement
                 yield session
         except asyncio.CancelledError as exc:
             _free_interrupted_statement(exc)

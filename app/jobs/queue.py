@@ -128,10 +128,9 @@ class JobQueue:
         again, for any worker of any process; after its last attempt it fails instead.
         """
         async with self.db.transaction() as session:
-            # The time once the transaction is ours (the connection's BEGIN waits for SQLite's
-            # write lock): a claim that waited longer than a lease would otherwise hand out a
-            # lease already over, and the next claim would take the job from its new run.
-            await session.connection()
+            # The time once the transaction is ours: a claim that waited for the database
+            # longer than a lease would otherwise hand out a lease already over, and the next
+            # claim would take the job from its new run.
             now = datetime.now(UTC)
             expired = and_(Job.status == "running", Job.lease_until < now)
             await session.execute(
@@ -169,8 +168,7 @@ class JobQueue:
     async def renew(self, job: Job) -> bool:
         """Extend the run's lease; False when the job is no longer this run's."""
         async with self.db.transaction() as session:
-            await session.connection()  # the lease runs from the moment the database is held
-            until = datetime.now(UTC) + timedelta(seconds=self.lease_s)
+            until = datetime.now(UTC) + timedelta(seconds=self.lease_s)  # from now: held
             result = await session.execute(
                 update(Job).where(self._still_ours(job)).values(lease_until=until)
             )

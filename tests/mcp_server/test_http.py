@@ -417,8 +417,11 @@ def test_the_sdk_is_imported_on_the_first_request_to_mcp(tmp_path: Path) -> None
     """A service nobody reaches over MCP does not pay the SDK's import (a third of a start)."""
     done = subprocess.run(
         [
-            *(sys.executable, "-c", _SDK_ON_FIRST_USE),
-            *(str(tmp_path / "contexts"), json.dumps(INITIALIZE)),
+            sys.executable,
+            "-c",
+            _SDK_ON_FIRST_USE,
+            str(tmp_path / "contexts"),
+            json.dumps(INITIALIZE),
         ],
         capture_output=True,
         text=True,
