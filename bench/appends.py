@@ -9,12 +9,14 @@ time goes: on 2 cores, the load generator (httpx, one process) takes about one o
 """
 
 import asyncio
+import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import orjson
@@ -118,6 +120,42 @@ def raw_appends_per_s(directory: Path, *, fsync: bool, seconds: float) -> float:
     return count / (time.perf_counter() - started)
 
 
+def work_after_waits(directory: Path, rounds: int) -> dict[str, float]:
+    """This machine's price of waiting: the thread CPU (µs) of the same Python work (JSON
+    round trips of the benchmark's message, like a request's parse and render) right after no
+    wait, after an append+fsync of a line on the same disk, and after a 0.3 ms sleep. On a VM
+    whose CPU sits idle during a wait, the work after it can cost more (colder caches, a
+    slower clock), and an append pays that for its fsync where GET /healthz waits for nothing."""
+    message = {"role": "user", "content": MESSAGE, "seq": 1, "tokens": [1, 2, 3]}
+    path = directory / "waits.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    line = orjson.dumps(message) + b"\n"
+
+    def fsync() -> None:
+        os.write(fd, line)
+        os.fsync(fd)
+
+    waits: dict[str, Callable[[], object]] = {
+        "no wait": lambda: None,
+        "after an append + fsync": fsync,
+        "after a 0.3 ms sleep": lambda: time.sleep(0.0003),
+    }
+    spent = dict.fromkeys(waits, 0.0)
+    try:
+        for _ in range(rounds):  # the waits take turns: they see the same moments
+            for name, wait in waits.items():
+                wait()
+                started = time.thread_time()
+                for _ in range(20):
+                    orjson.loads(orjson.dumps(message))
+                    json.loads(json.dumps(message))
+                spent[name] += time.thread_time() - started
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {name: round(seconds / rounds * 1e6, 1) for name, seconds in spent.items()}
+
+
 def merged(loads: Sequence[Load]) -> Load:
     """The slices of one case as one load."""
     return Load(
@@ -189,28 +227,38 @@ async def asgi_call(app: ASGIApp, method: str, path: str, body: bytes = b"") -> 
     return b"".join(chunks)
 
 
-async def breakdown(scratch: Path, count: int) -> list[tuple[str, float]]:
-    """CPU ms per call of the append path's parts (process CPU: the worker threads count)."""
-    settings = Settings(
-        context_dir=scratch / "breakdown" / "contexts", storage=StorageSettings(fsync="always")
-    )
-    body = orjson.dumps({"role": "user", "content": MESSAGE})
-    rows = []
+@asynccontextmanager
+async def app_with_a_task(
+    contexts: Path, fsync: Literal["always", "never"]
+) -> AsyncIterator[tuple[ASGIApp, Any, str]]:
+    """The app started in-process on ``contexts``: it, its store and one task's uuid."""
+    settings = Settings(context_dir=contexts, storage=StorageSettings(fsync=fsync))
     async with LifespanManager(create_app(settings)) as started:
         # The lifespan's state (what requests see as request.state): the built services.
-        app, store = started.app, started._state["services"].store
+        app = started.app
         created = await asgi_call(app, "POST", "/tasks", orjson.dumps(task_body(WINDOW)))
-        uuid = orjson.loads(created)["uuid"]
+        yield app, started._state["services"].store, orjson.loads(created)["uuid"]
+
+
+async def cpu_ms_per_call(call: Callable[[], Awaitable[object]], count: int) -> float:
+    for _ in range(count // 10):  # warm
+        await call()
+    started_cpu = time.process_time()
+    for _ in range(count):
+        await call()
+    return round((time.process_time() - started_cpu) / count * 1000, 3)
+
+
+async def breakdown(scratch: Path, count: int) -> list[tuple[str, float]]:
+    """CPU ms per call of the append path's parts (process CPU: the worker threads count)."""
+    body = orjson.dumps({"role": "user", "content": MESSAGE})
+    rows = []
+    async with app_with_a_task(scratch / "breakdown" / "contexts", "always") as (app, store, uuid):
         path = f"/tasks/{uuid}/messages"
 
         async def timed(label: str, call: Callable[[], Awaitable[object]]) -> float:
-            for _ in range(count // 10):  # warm
-                await call()
-            started_cpu = time.process_time()
-            for _ in range(count):
-                await call()
-            ms = (time.process_time() - started_cpu) / count * 1000
-            rows.append((label, round(ms, 3)))
+            ms = await cpu_ms_per_call(call, count)
+            rows.append((label, ms))
             return ms
 
         async def append_lock() -> None:
@@ -251,6 +299,11 @@ async def breakdown(scratch: Path, count: int) -> list[tuple[str, float]]:
             "for scale: task lock, task row and head selected (any access but an append)",
             read_lock,
         )
+    async with app_with_a_task(scratch / "no-fsync" / "contexts", "never") as (app, _, uuid):
+        path = f"/tasks/{uuid}/messages"
+        await timed(
+            "for scale: POST /messages with fsync off", lambda: asgi_call(app, "POST", path, body)
+        )
     return rows
 
 
@@ -266,7 +319,8 @@ def run(quick: bool, scratch: Path) -> Report:
         with Service(scratch / f"fsync-{mode}" / "contexts", FSYNC=mode) as service:
             results[mode] = asyncio.run(measure_service(service, agents, seconds, slices))
     parts = asyncio.run(breakdown(scratch, 100 if quick else 2000))
-    return report(raw, results, seconds, slices, parts)
+    waits = work_after_waits(scratch, 100 if quick else 3000)
+    return report(raw, results, seconds, slices, parts, waits)
 
 
 def report(
@@ -275,6 +329,7 @@ def report(
     seconds: float,
     slices: int,
     parts: list[tuple[str, float]],
+    waits: dict[str, float],
 ) -> Report:
     columns = [
         "fsync",
@@ -329,5 +384,20 @@ def report(
             "database's and the file writes' worker threads count.",
         ],
     )
-    data = {"raw_appends_per_s": raw, "cases": results, "breakdown_ms": dict(parts)}
-    return Report([limits, table, where], data)
+    after = Table(
+        "the same Python work after a wait (this machine, same run)",
+        ["before the work", "CPU µs of the work"],
+        [[name, us] for name, us in waits.items()],
+        [
+            "Thread CPU of 20 JSON round trips of the message (orjson and json), the waits taking",
+            "turns. Work right after a wait in which the CPU idled can cost more than the same",
+            "work with no wait before it: an append waits for its fsync, GET /healthz for nothing.",
+        ],
+    )
+    data = {
+        "raw_appends_per_s": raw,
+        "cases": results,
+        "breakdown_ms": dict(parts),
+        "work_after_waits_us": waits,
+    }
+    return Report([limits, table, where, after], data)

@@ -60,17 +60,18 @@ class JobQueue:
 
     async def enqueue_once(self, task_uuid: str, kind: str, thread_id: int = 0) -> Job:
         """Queue a job unless one of this kind is already queued or running for the context;
-        TaskNotFound if the task is gone (deleted since whatever called for the job)."""
+        TaskNotFound if the task is gone (deleted since whatever called for the job).
+
+        A context over its budget asks again on every append until its condense is done: a
+        read finds that job without the write transaction (on SQLite, the database's write
+        lock, which another writer may hold for a while)."""
+        async with self.db.statements() as session:
+            existing = await session.scalar(_active_job(task_uuid, kind, thread_id))
+        if existing is not None:
+            return existing
         try:
             async with self.db.transaction() as session:
-                existing = await session.scalar(
-                    select(Job).where(
-                        Job.task_uuid == task_uuid,
-                        Job.thread_id == thread_id,
-                        Job.kind == kind,
-                        Job.status.in_(ACTIVE),
-                    )
-                )
+                existing = await session.scalar(_active_job(task_uuid, kind, thread_id))
                 if existing is not None:
                     return existing
                 job = self.new(task_uuid, kind, thread_id=thread_id)
@@ -210,3 +211,12 @@ async def count_active(session: AsyncSession) -> dict[tuple[str, str], int]:
         .group_by(Job.kind, Job.status)
     )
     return {(str(kind), str(status)): int(n) for kind, status, n in rows}
+
+
+def _active_job(task_uuid: str, kind: str, thread_id: int) -> Select[Job]:
+    return select(Job).where(
+        Job.task_uuid == task_uuid,
+        Job.thread_id == thread_id,
+        Job.kind == kind,
+        Job.status.in_(ACTIVE),
+    )

@@ -3,14 +3,12 @@ worker, at any time, not only at a start; the old run, should it still be alive,
 renew nor record anything; a job whose last attempt died fails instead of staying running."""
 
 import asyncio
-import sqlite3
-import time
 
 import pytest
-from sqlalchemy import make_url
 
 from app.db.engine import open_database
 from app.jobs.queue import JobQueue
+from tests.support.database import sqlite_write_lock_held
 
 LEASE_S = 0.2
 
@@ -74,23 +72,10 @@ async def test_a_lease_runs_from_the_claim_not_from_the_wait_for_the_database(
     try:
         queue = JobQueue(db, max_attempts=2, lease_s=LEASE_S)
         await queue.enqueue_once(task_uuid, "condense")
-        loop = asyncio.get_running_loop()
-        holding = asyncio.Event()
-
-        def another_process_writes() -> None:
-            other = sqlite3.connect(make_url(url).database or "", isolation_level=None)
-            try:
-                other.execute("BEGIN IMMEDIATE")
-                loop.call_soon_threadsafe(holding.set)
-                time.sleep(LEASE_S * 3)
-                other.execute("COMMIT")
-            finally:
-                other.close()
-
-        writer = asyncio.create_task(asyncio.to_thread(another_process_writes))
-        await holding.wait()
-        job = await queue.claim()
-        await writer
+        async with sqlite_write_lock_held(url):
+            claiming = asyncio.create_task(queue.claim())
+            await asyncio.sleep(LEASE_S * 3)
+        job = await claiming
         assert job is not None
         assert await queue.claim() is None  # still leased to the first run
         assert await queue.renew(job)

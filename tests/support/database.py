@@ -7,12 +7,14 @@ thread, so that sync and async tests alike can call :func:`run_sql`.
 
 import asyncio
 import os
+import sqlite3
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -59,3 +61,33 @@ def run_sql(context_dir: Path, *statements: tuple[str, dict[str, Any]]) -> list[
             await engine.dispose()
 
     return in_thread(work)
+
+
+@asynccontextmanager
+async def sqlite_write_lock_held(url: str) -> AsyncIterator[None]:
+    """SQLite's write lock (``BEGIN IMMEDIATE``) held by a connection of its own, as another
+    process would hold it, from before the block runs until it ends."""
+    loop = asyncio.get_running_loop()
+    holding, release = asyncio.Event(), threading.Event()
+
+    def hold() -> None:
+        other = sqlite3.connect(make_url(url).database or "", isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            loop.call_soon_threadsafe(holding.set)
+            release.wait(timeout=60)
+            other.execute("COMMIT")
+        finally:
+            other.close()
+
+    holder = asyncio.create_task(asyncio.to_thread(hold))
+    waiting = asyncio.create_task(holding.wait())
+    await asyncio.wait([holder, waiting], return_when=asyncio.FIRST_COMPLETED)
+    if not holding.is_set():  # the lock was never taken: its error
+        waiting.cancel()
+        await holder
+    try:
+        yield
+    finally:
+        release.set()
+        await holder
