@@ -44,8 +44,9 @@ from app.storage.jsonl import iter_lines
 from app.storage.layout import PLANNING
 from app.summaries.collectors import grouped_errors
 from app.summaries.excerpts import ELISION_HANDLE, ELISION_TEXT, normalize
+from app.summaries.limited import SummaryLimit
 from app.summaries.processes import SummaryProcessLost
-from app.summaries.summarizer import Summarizer, SummaryLimit
+from app.summaries.summarizer import Summarizer
 from app.tokens.accounting import content_tokens
 from app.tokens.counters import TextCounter
 

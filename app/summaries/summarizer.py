@@ -9,22 +9,28 @@ a note that says so.
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from app.config import DEFAULT_BACKEND, EXTRACTIVE
-from app.context.files import RecordSpan, span_records
+from app.context.files import RecordSpan
 from app.context.records import openai_message
 from app.errors import ErrorCode, InvalidInput
 from app.formats.parts import content_text
 from app.llm.base import ChatBackend
 from app.planning.items import ChecklistItem, render_items
-from app.summaries.digest import digest_within, extractive_digest
+from app.summaries.digest import extractive_digest
+from app.summaries.limited import (
+    SpanDigest,
+    SummaryLimit,
+    cut_to_fit,
+    limited_digest,
+    span_digest,
+)
 from app.summaries.processes import SummaryProcesses
 from app.tokens.accounting import content_tokens, message_tokens
-from app.tokens.counters import TextCounter, counter_for
+from app.tokens.counters import TextCounter
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +76,6 @@ PLAN_LABEL = (
 )
 EXTRACTIVE_MAX_CHARS = 6000
 _WINDOW_SHARE = 0.6  # of the backend's window a chunk may fill; the rest is prompt and answer
-CUT_NOTE = "[... cut to fit ...]"
-
-
-@dataclass(frozen=True)
-class SummaryLimit:
-    """The most a summary may cost: ``tokens`` as ``counter`` (the task's) counts them."""
-
-    tokens: int
-    counter: TextCounter
 
 
 @dataclass(frozen=True)
@@ -105,21 +102,6 @@ class SummaryBackend(Protocol):
         """A summary of the records (consumed once, in a worker thread; a condense's span may be
         read by a summariser process instead)."""
         ...
-
-
-@dataclass(frozen=True)
-class SpanDigest:
-    """A limited digest of a span of messages.jsonl, as another process computes it: the file
-    by its path (the process reads it itself), the limit's counter by its name."""
-
-    path: Path
-    end: int
-    low: int
-    high: int
-    max_tokens: int
-    counter: str
-    kept: dict[str, Any] | None
-    plan: tuple[ChecklistItem, ...] | None
 
 
 class ExtractiveSummaries:
@@ -258,55 +240,6 @@ class Summarizer:
             plan=plan,
         )
         return await self.backend(backend).summarize(records, request)
-
-
-def limited_digest(
-    records: Iterable[dict[str, Any]],
-    limit: SummaryLimit,
-    *,
-    kept: dict[str, Any] | None,
-    plan: Sequence[ChecklistItem] | None,
-) -> str:
-    """The extractive digest of the records within ``limit`` (blocking: CPU work)."""
-    digest = digest_within(
-        records, max_tokens=limit.tokens, count=limit.counter.count_text, kept=kept, plan=plan
-    )
-    return cut_to_fit(digest, limit)
-
-
-def span_digest(job: SpanDigest) -> str:
-    """:func:`limited_digest` of a span, in a summariser process (it reads the file itself)."""
-    limit = SummaryLimit(job.max_tokens, counter_for("", job.counter))
-    with open(job.path, "rb") as f:
-        records = span_records(f, job.end, job.low, job.high)
-        return limited_digest(records, limit, kept=job.kept, plan=job.plan)
-
-
-def cut_to_fit(text: str, limit: SummaryLimit) -> str:
-    """The text if it fits the limit, else its first lines and ``CUT_NOTE`` (the start of
-    its first line when not even that fits with the note)."""
-    count = limit.counter.count_text
-    if count(text) <= limit.tokens:
-        return text
-    lines = text.split("\n")
-    kept = _most(len(lines), lambda n: count("\n".join([*lines[:n], CUT_NOTE])) <= limit.tokens)
-    if kept:
-        return "\n".join([*lines[:kept], CUT_NOTE])
-    first = lines[0]
-    chars = _most(len(first), lambda n: count(f"{first[:n]} {CUT_NOTE}") <= limit.tokens)
-    return f"{first[:chars]} {CUT_NOTE}" if chars else CUT_NOTE
-
-
-def _most(count: int, fits: Callable[[int], bool]) -> int:
-    """The largest n below ``count`` that ``fits`` (0 if none does; fits is monotone)."""
-    low, high = 0, count
-    while high - low > 1:
-        middle = (low + high) // 2
-        if fits(middle):
-            low = middle
-        else:
-            high = middle
-    return low
 
 
 async def _combine(

@@ -16,8 +16,8 @@ import pytest
 from app.compaction.service import SUMMARY_HEADER
 from app.config import Settings
 from app.summaries.layout import digest_sections
+from app.summaries.limited import CUT_NOTE
 from app.summaries.rules import shows_error_line
-from app.summaries.summarizer import CUT_NOTE
 from tests.fakes import llm_server
 from tests.fakes.llm_server import FakeLLM
 from tests.support.app import running_app

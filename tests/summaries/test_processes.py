@@ -17,8 +17,9 @@ import pytest
 
 from app.context.files import RecordSpan
 from app.planning.items import ChecklistItem
+from app.summaries.limited import SummaryLimit
 from app.summaries.processes import SummaryProcesses, SummaryProcessLost
-from app.summaries.summarizer import ExtractiveSummaries, SummaryLimit, SummaryRequest
+from app.summaries.summarizer import ExtractiveSummaries, SummaryRequest
 from app.tokens.counters import counter_for
 from tests.support.corpus import corpus_messages
 from tests.support.records import build_batch, lines_of
@@ -69,6 +70,20 @@ async def test_a_process_digests_a_span_as_a_worker_thread_does(
     assert multiprocessing.active_children(), "the digest ran in a process of the pool"
     assert in_thread.strip()
     assert pooled == in_thread
+
+
+async def test_a_process_imports_only_what_the_digest_needs(
+    span: RecordSpan, processes: SummaryProcesses
+) -> None:
+    """A summariser process starts quickly and stays small: digesting a span loads neither
+    the web framework, nor the database, nor any LLM client."""
+    await ExtractiveSummaries(processes).summarize(span, request(1500, "o200k_base"))
+    loaded = await processes.run(eval, "sorted(__import__('sys').modules)")
+    assert "app.summaries.limited" in loaded
+    heavy = ("fastapi", "starlette", "sqlalchemy", "httpx", "app.llm", "app.summaries.summarizer")
+    assert not [
+        name for name in loaded if any(name == h or name.startswith(f"{h}.") for h in heavy)
+    ]
 
 
 async def test_a_span_whose_directory_moved_is_digested_from_the_open_file(
