@@ -75,10 +75,10 @@ class TaskService:
             head = await self.store.recovered_head(locked)
             await self.store.flush_held(task_uuid)  # the row below has every append's counts
             source_dir, target_dir = STATUS_DIRS[task.status], STATUS_DIRS[target]
-            now = datetime.now(UTC)
             moved = False
             try:
                 async with self.db.transaction() as session:
+                    now = datetime.now(UTC)  # once the transaction holds the database
                     row = await session.get(Task, task_uuid)
                     assert row is not None
                     row.status = target
