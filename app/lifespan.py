@@ -17,6 +17,7 @@ from app.budgets.service import Budgets
 from app.compaction.service import CompactionService
 from app.compaction.trigger import CondenseTrigger
 from app.config import Settings
+from app.context.group_commit import FollowUp
 from app.context.reconcile import reconcile
 from app.context.records import HeadState
 from app.context.store import ContextStore, LockedTask
@@ -96,7 +97,7 @@ def build_services(
 
     # The store calls the trigger after each commit, and the trigger compacts through a
     # service built on the store: the call resolves ``trigger``, made below, when it happens.
-    async def after_commit(context: LockedTask, before: HeadState, after: HeadState) -> bool:
+    async def after_commit(context: LockedTask, before: HeadState, after: HeadState) -> FollowUp:
         return await trigger.after_append(context, before, after)
 
     store = ContextStore(

@@ -102,6 +102,7 @@ class Outcome:
     reason: str | None = None
     summary_id: int | None = None
     hidden_messages: int = 0
+    context_tokens: int | None = None  # the context's after it, as an append's answer counts
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -845,6 +846,7 @@ class CompactionService:
             after,
             summary_id=record.get("summary_id"),
             hidden_messages=hidden,
+            context_tokens=new_head.context_tokens,
         )
 
 

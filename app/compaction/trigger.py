@@ -7,6 +7,7 @@ import logging
 
 from app.budgets.service import Budgets
 from app.compaction.service import CompactionService
+from app.context.group_commit import FollowUp
 from app.context.records import HeadState
 from app.context.store import LockedTask
 from app.errors import TaskNotFound
@@ -22,12 +23,15 @@ class CondenseTrigger:
         self.jobs = jobs
         self.compaction = compaction
 
-    async def after_append(self, context: LockedTask, before: HeadState, after: HeadState) -> bool:
+    async def after_append(
+        self, context: LockedTask, before: HeadState, after: HeadState
+    ) -> FollowUp:
         """Cut what the append (``before`` -> ``after``) brought over the message cap; queue a
-        condense when it crossed the context's threshold; return whether one was queued."""
+        condense when it crossed the context's threshold."""
         fmt = native_format(context.task.llm_provider)
         old = self.budgets.context_tokens(context, before, fmt)
         new = self.budgets.context_tokens(context, after, fmt)
+        cut = None
         if new - old > self.budgets.message_cap(context):  # no need to look when less came
             try:
                 cut = await self.compaction.cap(context, before, after)
@@ -35,10 +39,10 @@ class CondenseTrigger:
                 # The append is committed and must be answered as such; the message stays
                 # whole until a payload needs it cut.
                 log.exception("task %s: cutting what an append brought failed", context.task.uuid)
-            else:
-                if cut is not None:
-                    new = cut.tokens_after
-        return await self.if_crossed(context, old, new)
+            if cut is not None:
+                new = cut.tokens_after
+        scheduled = await self.if_crossed(context, old, new)
+        return FollowUp(scheduled, None if cut is None else cut.context_tokens)
 
     async def if_crossed(self, context: LockedTask, old: int, new: int) -> bool:
         """Queue a condense when a context's payload went from ``old`` to ``new`` tokens (in

@@ -43,7 +43,17 @@ class PendingAppend:
     result: "AppendResult | AppError | None" = None
 
 
-def resolve(group: list[PendingAppend], scheduled: bool) -> None:
+@dataclass(frozen=True)
+class FollowUp:
+    """What a commit led to before its appends are answered: whether a condense was queued,
+    and the context's tokens once what the commit brought over the message cap was cut (None:
+    nothing was cut; else each new append's answer gives these, not the uncut context's)."""
+
+    scheduled: bool = False
+    context_tokens: int | None = None
+
+
+def resolve(group: list[PendingAppend], follow_up: FollowUp) -> None:
     """Answer each append of a committed group (an AppError answers a refused one)."""
     for pending in group:
         result = pending.result
@@ -53,7 +63,9 @@ def resolve(group: list[PendingAppend], scheduled: bool) -> None:
         else:
             response, replayed = result
             if not replayed:
-                response = {**response, "compaction_scheduled": scheduled}
+                response = {**response, "compaction_scheduled": follow_up.scheduled}
+                if follow_up.context_tokens is not None:
+                    response["context_tokens"] = follow_up.context_tokens
             pending.future.set_result((response, replayed))
 
 

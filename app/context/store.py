@@ -48,6 +48,7 @@ from app.context.files import (
 from app.context.group_commit import (
     AppendQueues,
     AppendResult,
+    FollowUp,
     GroupOutcome,
     PendingAppend,
     resolve,
@@ -174,8 +175,8 @@ class _RememberedRow:
 
 
 # Called after each group commit with the context and the heads before and after; returns
-# whether compaction was scheduled (the condense trigger).
-AfterCommit = Callable[[LockedTask, HeadState, HeadState], Awaitable[bool]]
+# what it led to (the condense trigger: a cut over the message cap, a condense queued).
+AfterCommit = Callable[[LockedTask, HeadState, HeadState], Awaitable[FollowUp]]
 
 # Starts the idempotency keys the service makes itself: no header value can hold it.
 SERVICE_KEY = "\x1f"
@@ -652,10 +653,10 @@ class ContextStore:
                     *context, with_threads=False, remember=True, opening=False
                 )
                 new_head = await self._write_and_save(locked, group, answer=False)
-        scheduled = False
+        follow_up = FollowUp()
         if self.after_commit is not None and new_head != locked.head:
-            scheduled = await self.after_commit(locked, locked.head, new_head)
-        resolve(group, scheduled)
+            follow_up = await self.after_commit(locked, locked.head, new_head)
+        resolve(group, follow_up)
 
     async def _write_and_save(
         self,
@@ -714,7 +715,7 @@ class ContextStore:
         for pending, result in zip(group, outcome.results, strict=True):
             pending.result = result
         if answer:
-            resolve(group, False)
+            resolve(group, FollowUp())
         return outcome.head
 
     def _deferrable(self, locked: LockedTask, outcome: GroupOutcome) -> bool:

@@ -460,10 +460,15 @@ AppendBody = Annotated[
 
 
 class AppendResult(BaseModel):
-    seqs: list[int]
-    tokens: list[int]
-    context_tokens: int
-    compaction_scheduled: bool = False
+    seqs: list[int] = Field(description="The seqs the posted messages got, in order.")
+    tokens: list[int] = Field(description="Each message's tokens, as posted.")
+    context_tokens: int = Field(
+        description="The context's tokens once the append committed, as OpenAI's format renders "
+        "it: after the cut of a message over the message cap, if one was cut."
+    )
+    compaction_scheduled: bool = Field(
+        False, description="Whether the append queued a background condense."
+    )
 
 
 class MessageRecord(BaseModel):

@@ -14,7 +14,7 @@ import pytest
 from app.config import CompactionSettings, Settings
 from tests.support.conversations import tool_call, tool_result
 from tests.support.payloads import payload
-from tests.support.tasks import all_messages, append, new_task, task_body
+from tests.support.tasks import all_messages, append, new_task, post_messages, task_body
 
 ELISION_TEXT = "characters elided to fit the context window"
 INSTRUCTION = {"role": "user", "content": "Fix the failing build and explain the fix."}
@@ -71,6 +71,22 @@ async def test_a_message_over_the_cap_is_cut_before_its_append_returns(
     assert ELISION_TEXT in shown
     assert shown.startswith("line 00000")
     assert shown.endswith(output[-40:])
+
+
+async def test_the_append_answer_counts_the_context_after_the_cut(
+    client: httpx.AsyncClient,
+) -> None:
+    """The answer's context_tokens is the context as the cut left it: the next append's
+    answer adds only its own tokens to it."""
+    uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
+    await append(client, uuid, INSTRUCTION)
+    output = build_output(400)
+    cut = await post_messages(client, uuid, {"messages": read_call(1, output)})
+    assert len(await elisions(client, uuid)) == 1
+    assert cut["tokens"][1] > 3 * CAP  # the message as posted
+    assert cut["context_tokens"] < sum(cut["tokens"])  # the context holds it cut
+    after = await post_messages(client, uuid, {"role": "user", "content": "Now run the tests."})
+    assert after["context_tokens"] == cut["context_tokens"] + after["tokens"][0]
 
 
 async def test_messages_under_the_cap_are_left_whole(client: httpx.AsyncClient) -> None:
