@@ -5,12 +5,14 @@
 import argparse
 from importlib.metadata import version
 
-from app.cli import local, remote
-from app.config import Settings
-from app.observability.logs import configure_logging
-
 
 def main(argv: list[str] | None = None) -> None:
+    # Imported here: a summariser process the service starts runs the console script again
+    # as its main module (multiprocessing's spawn), and needs none of the commands.
+    from app.cli import local, remote
+    from app.config import Settings
+    from app.observability.logs import configure_logging
+
     settings = Settings()
     configure_logging(settings)
     parser = argparse.ArgumentParser(

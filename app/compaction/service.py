@@ -102,7 +102,9 @@ class Outcome:
     reason: str | None = None
     summary_id: int | None = None
     hidden_messages: int = 0
-    context_tokens: int | None = None  # the context's after it, as an append's answer counts
+    # The context's tokens after a compaction that committed a marker (OpenAI's rendering, as
+    # an append's answer counts them); None for a mask or a skip.
+    context_tokens: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -501,10 +503,13 @@ class CompactionService:
             before = self.budgets.context_tokens(locked, head, fmt)
             return await self._cut(locked, head, entries, before, excess, fmt, relaxed=relaxed)
 
-    async def cap(self, context: LockedTask, before: HeadState, after: HeadState) -> Outcome | None:
+    async def cap(
+        self, context: LockedTask, before: HeadState, after: HeadState
+    ) -> list[tuple[int, Outcome]]:
         """Cut each message of the append ``before`` -> ``after`` (the context's lock held
         then, released now) that costs more than the context's message cap down to it, the
-        largest first; return the last cut (None: none was).
+        largest first; return each cut made, with the seq it cut. A cut that fails is logged
+        and ends the cutting: those made stand.
 
         Done as the append commits, so the first payload that shows such a message shows it
         cut, at its end, where cutting moves no prefix a provider has cached (cut later, from
@@ -517,12 +522,18 @@ class CompactionService:
             over = await asyncio.to_thread(
                 _seqs_over, f, before.messages_bytes, after.messages_bytes, fmt, cap
             )
-        last = None
+        cuts = []
         for seq in over[:MAX_CAPS_PER_APPEND]:
-            step = await self._cap_one(context.task.uuid, context.thread_id, seq)
+            try:
+                step = await self._cap_one(context.task.uuid, context.thread_id, seq)
+            except Exception:
+                # The append is committed and must be answered as such; the message stays
+                # whole until a payload needs it cut.
+                log.exception("task %s: cutting seq %d over the cap failed", context.task.uuid, seq)
+                break
             if step.kind != "skipped":
-                last = step
-        return last
+                cuts.append((seq, step))
+        return cuts
 
     @timed_compaction
     async def _cap_one(self, task_uuid: str, thread_id: int, seq: int) -> Outcome:

@@ -6,7 +6,7 @@ thread's result)."""
 import logging
 
 from app.budgets.service import Budgets
-from app.compaction.service import CompactionService
+from app.compaction.service import CompactionService, Outcome
 from app.context.group_commit import FollowUp
 from app.context.records import HeadState
 from app.context.store import LockedTask
@@ -31,18 +31,18 @@ class CondenseTrigger:
         fmt = native_format(context.task.llm_provider)
         old = self.budgets.context_tokens(context, before, fmt)
         new = self.budgets.context_tokens(context, after, fmt)
-        cut = None
+        cuts: list[tuple[int, Outcome]] = []
         if new - old > self.budgets.message_cap(context):  # no need to look when less came
             try:
-                cut = await self.compaction.cap(context, before, after)
+                cuts = await self.compaction.cap(context, before, after)
             except Exception:
-                # The append is committed and must be answered as such; the message stays
-                # whole until a payload needs it cut.
+                # Reading what the append brought failed: its messages stay whole until a
+                # payload needs them cut.
                 log.exception("task %s: cutting what an append brought failed", context.task.uuid)
-            if cut is not None:
-                new = cut.tokens_after
+        if cuts:
+            new = cuts[-1][1].tokens_after
         scheduled = await self.if_crossed(context, old, new)
-        return FollowUp(scheduled, None if cut is None else cut.context_tokens)
+        return FollowUp(scheduled, _taken_off(after.context_tokens, cuts))
 
     async def if_crossed(self, context: LockedTask, old: int, new: int) -> bool:
         """Queue a condense when a context's payload went from ``old`` to ``new`` tokens (in
@@ -55,3 +55,14 @@ class CondenseTrigger:
                 return False
             return True
         return False
+
+
+def _taken_off(uncut: int, cuts: list[tuple[int, Outcome]]) -> tuple[tuple[int, int], ...]:
+    """Each cut's seq and the tokens it took off the context, from the context's ``uncut``
+    tokens (OpenAI's rendering, as an append's answer counts them)."""
+    taken = []
+    for seq, step in cuts:
+        assert step.context_tokens is not None  # a cut commits its marker
+        taken.append((seq, uncut - step.context_tokens))
+        uncut = step.context_tokens
+    return tuple(taken)

@@ -45,16 +45,23 @@ class PendingAppend:
 
 @dataclass(frozen=True)
 class FollowUp:
-    """What a commit led to before its appends are answered: whether a condense was queued,
-    and the context's tokens once what the commit brought over the message cap was cut (None:
-    nothing was cut; else each new append's answer gives these, not the uncut context's)."""
+    """What a commit led to before its appends are answered: whether a condense is queued,
+    and each message it brought that was cut over the message cap, with the tokens the cut
+    took off the context (OpenAI's rendering, as an answer counts)."""
 
     scheduled: bool = False
-    context_tokens: int | None = None
+    cuts: tuple[tuple[int, int], ...] = ()  # (seq cut, tokens taken off)
+
+    def context_tokens(self, answered: int, seqs: list[int]) -> int:
+        """An answer's context_tokens less what the cuts of its messages and of the group's
+        earlier ones took off (a later append's cut is not in it)."""
+        last = max(seqs, default=0)
+        return answered - sum(taken for seq, taken in self.cuts if seq <= last)
 
 
 def resolve(group: list[PendingAppend], follow_up: FollowUp) -> None:
-    """Answer each append of a committed group (an AppError answers a refused one)."""
+    """Answer each append of a committed group (an AppError answers a refused one). A replay
+    repeats its first answer as it was given."""
     for pending in group:
         result = pending.result
         assert result is not None
@@ -63,9 +70,12 @@ def resolve(group: list[PendingAppend], follow_up: FollowUp) -> None:
         else:
             response, replayed = result
             if not replayed:
-                response = {**response, "compaction_scheduled": follow_up.scheduled}
-                if follow_up.context_tokens is not None:
-                    response["context_tokens"] = follow_up.context_tokens
+                counted = follow_up.context_tokens(response["context_tokens"], response["seqs"])
+                response = {
+                    **response,
+                    "context_tokens": counted,
+                    "compaction_scheduled": follow_up.scheduled,
+                }
             pending.future.set_result((response, replayed))
 
 

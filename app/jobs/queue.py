@@ -67,6 +67,8 @@ class JobQueue:
         lock, which another writer may hold for a while)."""
         async with self.db.statements() as session:
             existing = await session.scalar(_active_job(task_uuid, kind, thread_id))
+        # A running job found here may be finishing this moment, as one the transaction found
+        # could: a context still over its budget asks again at its next append.
         if existing is not None:
             return existing
         try:

@@ -463,11 +463,14 @@ class AppendResult(BaseModel):
     seqs: list[int] = Field(description="The seqs the posted messages got, in order.")
     tokens: list[int] = Field(description="Each message's tokens, as posted.")
     context_tokens: int = Field(
-        description="The context's tokens once the append committed, as OpenAI's format renders "
-        "it: after the cut of a message over the message cap, if one was cut."
+        description="The context's messages' tokens once the append committed, as OpenAI's "
+        "format renders them, after the cut of a message over the message cap if one was cut "
+        "(a replay repeats the first answer)."
     )
     compaction_scheduled: bool = Field(
-        False, description="Whether the append queued a background condense."
+        False,
+        description="Whether a background condense of the context is queued after this append "
+        "(false in a replay).",
     )
 
 

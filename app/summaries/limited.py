@@ -2,7 +2,8 @@
 
 A process of the summariser's pool (app/summaries/processes.py) imports this module to run
 :func:`span_digest`: it imports only what the digest needs (no LLM clients, no web framework),
-so that a process starts quickly and stays small.
+so that a process starts quickly and stays small. (A spawned process also runs the service's
+main module again: the console script, whose ``app.cli`` imports its commands only when run.)
 """
 
 from collections.abc import Callable, Iterable, Sequence

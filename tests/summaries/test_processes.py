@@ -4,6 +4,7 @@ file the process reads itself; a process that dies fails its call and the next c
 one; closing the pool leaves no process behind."""
 
 import asyncio
+import json
 import multiprocessing
 import os
 import signal
@@ -22,6 +23,7 @@ from app.summaries.processes import SummaryProcesses, SummaryProcessLost
 from app.summaries.summarizer import ExtractiveSummaries, SummaryRequest
 from app.tokens.counters import counter_for
 from tests.support.corpus import corpus_messages
+from tests.support.paths import REPO
 from tests.support.records import build_batch, lines_of
 from tests.support.waits import until
 
@@ -72,18 +74,60 @@ async def test_a_process_digests_a_span_as_a_worker_thread_does(
     assert pooled == in_thread
 
 
+# What a summariser process must not load: the web framework, the database, any LLM client.
+HEAVY = ("fastapi", "starlette", "sqlalchemy", "httpx", "app.llm", "app.summaries.summarizer")
+
+
+def heavy_modules(loaded: list[str]) -> list[str]:
+    return [name for name in loaded if any(name == h or name.startswith(f"{h}.") for h in HEAVY)]
+
+
+LOADED = "sorted(__import__('sys').modules)"  # eval'd in a process: the modules it holds
+
+
 async def test_a_process_imports_only_what_the_digest_needs(
     span: RecordSpan, processes: SummaryProcesses
 ) -> None:
     """A summariser process starts quickly and stays small: digesting a span loads neither
     the web framework, nor the database, nor any LLM client."""
     await ExtractiveSummaries(processes).summarize(span, request(1500, "o200k_base"))
-    loaded = await processes.run(eval, "sorted(__import__('sys').modules)")
+    loaded = await processes.run(eval, LOADED)
     assert "app.summaries.limited" in loaded
-    heavy = ("fastapi", "starlette", "sqlalchemy", "httpx", "app.llm", "app.summaries.summarizer")
-    assert not [
-        name for name in loaded if any(name == h or name.startswith(f"{h}.") for h in heavy)
-    ]
+    assert heavy_modules(loaded) == []
+
+
+# A service run as `context-service serve` is, from the console script pip writes (its first
+# two lines): a spawned process runs that script again as its main module. Prints the modules
+# its summariser process holds.
+CONSOLE_SCRIPT = f"""
+import sys
+from app.cli import main
+if __name__ == "__main__":
+    import asyncio, json
+    from app.summaries.processes import SummaryProcesses
+
+    async def loaded():
+        pool = SummaryProcesses(1)
+        try:
+            return await pool.run(eval, {LOADED!r})
+        finally:
+            await pool.close()
+
+    print(json.dumps(asyncio.run(loaded())))
+"""
+
+
+async def test_a_process_of_the_console_script_imports_no_command(tmp_path: Path) -> None:
+    script = tmp_path / "context-service"
+    script.write_text(CONSOLE_SCRIPT)
+    service = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), stdout=asyncio.subprocess.PIPE, cwd=REPO
+    )
+    output, _ = await service.communicate()
+    assert service.returncode == 0
+    loaded = json.loads(output)
+    assert "app.cli" in loaded  # the script ran again as the process's main
+    assert heavy_modules(loaded) == []
 
 
 async def test_a_span_whose_directory_moved_is_digested_from_the_open_file(
