@@ -40,7 +40,7 @@ from app.formats.parts import content_text, stand_in
 from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, compaction_ms, timed_compaction
 from app.planning.items import latest_items
-from app.storage.jsonl import iter_lines
+from app.storage.jsonl import iter_lines, offset_after_seq
 from app.storage.layout import PLANNING
 from app.summaries.collectors import grouped_errors
 from app.summaries.excerpts import ELISION_HANDLE, ELISION_TEXT, normalize
@@ -760,15 +760,27 @@ class CompactionService:
         self, task_uuid: str, to_seq: int, include_target: bool, *, thread_id: int = 0
     ) -> HeadState:
         """Rewind, as Roo Code does it: later history leaves the context, and so do later
-        compactions."""
+        compactions. A message kept whose cut over the message cap was such a later compaction
+        is cut again, as its append cut it (so that no later turn cuts it from the middle of a
+        payload)."""
         async with (
             self._one_at_a_time(task_uuid, thread_id),
             self.store.locked(task_uuid, thread_id) as locked,
         ):
             self._require_running(locked)
             head = await self.store.recovered_head(locked)
+            fmt = native_format(locked.task.llm_provider)
+            last_kept = to_seq if include_target else to_seq - 1
             async with self.store.reading_messages(locked) as f:
                 target = await asyncio.to_thread(record_at, f, to_seq, head.messages_bytes)
+                uncut = await asyncio.to_thread(
+                    _over_cap_shown_again,
+                    f,
+                    (to_seq, last_kept),
+                    head.messages_bytes,
+                    fmt,
+                    self.budgets.message_cap(locked),
+                )
             if target is None or is_marker(target):
                 raise InvalidInput(
                     f"seq {to_seq} is not a message of this task",
@@ -784,7 +796,14 @@ class CompactionService:
             }
             new_head, _ = await self.store.commit_marker(locked, head, marker, None, compactions=0)
             log.info("task %s thread %d: rewound to seq %d", task_uuid, thread_id, to_seq)
+        cut = False
+        for seq in uncut[:MAX_CAPS_PER_APPEND]:
+            step = await self._cap_one(task_uuid, thread_id, seq)
+            cut = cut or step.kind != "skipped"
+        if not cut:
             return new_head
+        async with self.store.locked(task_uuid, thread_id) as locked:
+            return await self.store.recovered_head(locked)
 
     # -- shared ---------------------------------------------------------------------------
 
@@ -1125,6 +1144,26 @@ def _seqs_over(f: BinaryIO, start: int, end: int, fmt: str, cap: int) -> list[in
         record = orjson.loads(line)
         if not is_marker(record) and (tokens := record_tokens(record, fmt)) > cap:
             costs.append((tokens, record["seq"]))
+    return [seq for _, seq in sorted(costs, reverse=True)]
+
+
+def _over_cap_shown_again(
+    f: BinaryIO, rewind: tuple[int, int], end: int, fmt: str, cap: int
+) -> list[int]:
+    """The messages a rewind to ``rewind[0]`` keeps (up to seq ``rewind[1]``) that an elision
+    after it hid and that cost more than ``cap`` as ``fmt`` renders them: the rewind shows them
+    whole again. Largest first."""
+    to_seq, last_kept = rewind
+    hidden: set[int] = set()
+    for _, line in iter_lines(f, offset_after_seq(f, "seq", to_seq, end), end):
+        record = orjson.loads(line)
+        if record.get("marker") == "elision":
+            hidden.update(seq for seq in record.get("hides", ()) if seq <= last_kept)
+    costs = []
+    for seq in hidden:
+        record = record_at(f, seq, end)
+        if record is not None and not is_marker(record) and record_tokens(record, fmt) > cap:
+            costs.append((record_tokens(record, fmt), seq))
     return [seq for _, seq in sorted(costs, reverse=True)]
 
 
