@@ -27,7 +27,7 @@ from app.compaction import plans
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
-from app.context.effective import MASK, is_marker, position
+from app.context.effective import MASK, is_marker, marker_kind, position
 from app.context.files import RecordSpan, record_at, span_records, visible_records
 from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
 from app.context.shapes import Marker, MaskedResult, SummaryRecord
@@ -522,14 +522,21 @@ class CompactionService:
             over = await asyncio.to_thread(
                 _seqs_over, f, before.messages_bytes, after.messages_bytes, fmt, cap
             )
+        return await self._cap_each(context.task.uuid, context.thread_id, over)
+
+    async def _cap_each(
+        self, task_uuid: str, thread_id: int, seqs: list[int]
+    ) -> list[tuple[int, Outcome]]:
+        """:meth:`_cap_one` for each of (the first few of) these seqs; the cuts made, with
+        their seqs. Called once a change is committed, which must be answered as such: a cut
+        that fails is logged and ends the cutting (the message stays whole until a payload
+        needs it cut)."""
         cuts = []
-        for seq in over[:MAX_CAPS_PER_APPEND]:
+        for seq in seqs[:MAX_CAPS_PER_APPEND]:
             try:
-                step = await self._cap_one(context.task.uuid, context.thread_id, seq)
+                step = await self._cap_one(task_uuid, thread_id, seq)
             except Exception:
-                # The append is committed and must be answered as such; the message stays
-                # whole until a payload needs it cut.
-                log.exception("task %s: cutting seq %d over the cap failed", context.task.uuid, seq)
+                log.exception("task %s: cutting seq %d over the cap failed", task_uuid, seq)
                 break
             if step.kind != "skipped":
                 cuts.append((seq, step))
@@ -760,32 +767,29 @@ class CompactionService:
         self, task_uuid: str, to_seq: int, include_target: bool, *, thread_id: int = 0
     ) -> HeadState:
         """Rewind, as Roo Code does it: later history leaves the context, and so do later
-        compactions. A message kept whose cut over the message cap was such a later compaction
-        is cut again, as its append cut it (so that no later turn cuts it from the middle of a
-        payload)."""
+        compactions. A kept message over the message cap whose elision the rewind drops is cut
+        again before it answers."""
         async with (
             self._one_at_a_time(task_uuid, thread_id),
             self.store.locked(task_uuid, thread_id) as locked,
         ):
             self._require_running(locked)
             head = await self.store.recovered_head(locked)
-            fmt = native_format(locked.task.llm_provider)
-            last_kept = to_seq if include_target else to_seq - 1
             async with self.store.reading_messages(locked) as f:
                 target = await asyncio.to_thread(record_at, f, to_seq, head.messages_bytes)
+                if target is None or is_marker(target):
+                    raise InvalidInput(
+                        f"seq {to_seq} is not a message of this task",
+                        code=ErrorCode.INVALID_REWIND_TARGET,
+                        details={"to_seq": to_seq, "last_seq": head.last_seq},
+                    )
                 uncut = await asyncio.to_thread(
                     _over_cap_shown_again,
                     f,
-                    (to_seq, last_kept),
+                    (to_seq, to_seq if include_target else to_seq - 1),
                     head.messages_bytes,
-                    fmt,
+                    native_format(locked.task.llm_provider),
                     self.budgets.message_cap(locked),
-                )
-            if target is None or is_marker(target):
-                raise InvalidInput(
-                    f"seq {to_seq} is not a message of this task",
-                    code=ErrorCode.INVALID_REWIND_TARGET,
-                    details={"to_seq": to_seq, "last_seq": head.last_seq},
                 )
             marker: Marker = {
                 "marker": "rewind",
@@ -796,11 +800,7 @@ class CompactionService:
             }
             new_head, _ = await self.store.commit_marker(locked, head, marker, None, compactions=0)
             log.info("task %s thread %d: rewound to seq %d", task_uuid, thread_id, to_seq)
-        cut = False
-        for seq in uncut[:MAX_CAPS_PER_APPEND]:
-            step = await self._cap_one(task_uuid, thread_id, seq)
-            cut = cut or step.kind != "skipped"
-        if not cut:
+        if not await self._cap_each(task_uuid, thread_id, uncut):
             return new_head
         async with self.store.locked(task_uuid, thread_id) as locked:
             return await self.store.recovered_head(locked)
@@ -1151,19 +1151,25 @@ def _over_cap_shown_again(
     f: BinaryIO, rewind: tuple[int, int], end: int, fmt: str, cap: int
 ) -> list[int]:
     """The messages a rewind to ``rewind[0]`` keeps (up to seq ``rewind[1]``) that an elision
-    after it hid and that cost more than ``cap`` as ``fmt`` renders them: the rewind shows them
-    whole again. Largest first."""
+    after it cut and that cost more than ``cap`` as ``fmt`` renders them: the rewind drops
+    those elisions. Largest first."""
     to_seq, last_kept = rewind
-    hidden: set[int] = set()
+    cut: set[int] = set()
     for _, line in iter_lines(f, offset_after_seq(f, "seq", to_seq, end), end):
+        if b'"elision"' not in line:  # most records are messages: not parsed
+            continue
         record = orjson.loads(line)
-        if record.get("marker") == "elision":
-            hidden.update(seq for seq in record.get("hides", ()) if seq <= last_kept)
+        if marker_kind(record) == "elision":
+            low, high = record["hides"]  # positions: a message's is its seq
+            if low == high <= last_kept:
+                cut.add(low)
     costs = []
-    for seq in hidden:
+    for seq in cut:
         record = record_at(f, seq, end)
-        if record is not None and not is_marker(record) and record_tokens(record, fmt) > cap:
-            costs.append((record_tokens(record, fmt), seq))
+        if record is not None and not is_marker(record):
+            tokens = record_tokens(record, fmt)
+            if tokens > cap:
+                costs.append((tokens, seq))
     return [seq for _, seq in sorted(costs, reverse=True)]
 
 

@@ -89,25 +89,33 @@ async def test_the_append_answer_counts_the_context_after_the_cut(
     assert after["context_tokens"] == cut["context_tokens"] + after["tokens"][0]
 
 
-async def test_a_rewind_to_a_cut_message_keeps_it_cut(client: httpx.AsyncClient) -> None:
+async def test_a_rewind_keeping_a_cut_message_keeps_it_cut(client: httpx.AsyncClient) -> None:
     """A rewind to the build log the cap cut drops the elision that followed it: the log is
-    cut again at once, as its append cut it, so that no later turn cuts it from the middle of
-    a payload."""
+    cut again before the rewind answers, as its append cut it, so the payload's prefix is the
+    one the provider cached and no later turn cuts the log from the middle of a payload."""
     uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
     await append(client, uuid, INSTRUCTION)
     output = build_output(400)
     seqs = await append(client, uuid, *read_call(1, output))
-    await append(client, uuid, {"role": "assistant", "content": "The build fails in module 7."})
+    cut, _, _ = await payload(client, uuid)
+    reply = await post_messages(client, uuid, {"role": "assistant", "content": "It fails."})
     rewound = await client.post(
         f"/tasks/{uuid}/rewind", json={"to_seq": seqs[1], "include_target": True}
     )
     assert rewound.status_code == 200, rewound.text
     assert len(await elisions(client, uuid)) == 2  # the append's, dropped; the rewind's
-    body, _, _ = await payload(client, uuid)
-    shown = body["messages"][-1]["content"]
-    assert ELISION_TEXT in shown
-    assert shown.endswith(output[-40:])
-    assert rewound.json()["context_tokens"] < len(output) // 4
+    after, _, _ = await payload(client, uuid)
+    assert after["messages"] == cut["messages"]
+    assert rewound.json()["context_tokens"] == reply["context_tokens"] - reply["tokens"][0]
+
+
+async def test_a_rewind_dropping_a_cut_message_cuts_nothing(client: httpx.AsyncClient) -> None:
+    uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
+    await append(client, uuid, INSTRUCTION)
+    seqs = await append(client, uuid, *read_call(1, build_output(400)))
+    rewound = await client.post(f"/tasks/{uuid}/rewind", json={"to_seq": seqs[1]})
+    assert rewound.status_code == 200, rewound.text
+    assert len(await elisions(client, uuid)) == 1  # the append's alone
 
 
 async def test_messages_under_the_cap_are_left_whole(client: httpx.AsyncClient) -> None:
