@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.support.schemas import validate_openai_request
-from tests.support.server import ServerPool, assert_seqs_contiguous, jsonl_records
+from tests.support.server import ServerPool, assert_seqs_contiguous, client_limits, jsonl_records
 from tests.support.tasks import SYSTEM_PROMPT, all_messages, task_body
 
 pytestmark = pytest.mark.e2e
@@ -45,7 +45,7 @@ async def _client(
 async def _append_concurrently(base_urls: list[str], uuid: str, wave: int = 0) -> dict[int, str]:
     """CLIENTS clients at once, spread over the servers; returns every ack as seq -> content.
     A ``wave`` after the first marks its contents, so that none repeats an earlier one."""
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    limits = client_limits(CLIENTS)
     https = [httpx.AsyncClient(base_url=u, timeout=120, limits=limits) for u in base_urls]
     try:
         per_client = await asyncio.gather(

@@ -15,7 +15,13 @@ import pytest
 
 from tests.support.database import run_sql
 from tests.support.schemas import validate_openai_request
-from tests.support.server import Server, ServerPool, assert_seqs_contiguous, jsonl_records
+from tests.support.server import (
+    Server,
+    ServerPool,
+    assert_seqs_contiguous,
+    client_limits,
+    jsonl_records,
+)
 from tests.support.tasks import SYSTEM_PROMPT, all_messages, task_body, task_with_messages
 
 pytestmark = pytest.mark.e2e
@@ -146,7 +152,7 @@ async def _crash_cycle(srv: Server, uuid: str, cycle: int, ledger: Ledger) -> No
     """Appenders stream appends; once enough were acknowledged, SIGKILL the server."""
     enough = asyncio.Event()
     acks_before_kill = len(ledger.acked) + ACKS_BEFORE_KILL
-    limits = httpx.Limits(max_connections=APPENDERS)
+    limits = client_limits(APPENDERS)
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=20, limits=limits) as http:
         appenders = [
             asyncio.create_task(

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.server import Server, ServerPool, jsonl_records, task_dirs
+from tests.support.server import Server, ServerPool, client_limits, jsonl_records, task_dirs
 from tests.support.tasks import SYSTEM_PROMPT, all_messages, task_body
 
 pytestmark = pytest.mark.e2e
@@ -101,7 +101,7 @@ async def _round(srv: Server, tasks: list[Tracked], rng: random.Random) -> int:
     """Drive every unfinished task concurrently; kill -9 the server after a random number of
     lifecycle answers and a random instant. Returns how many answers came before the kill."""
     answers = Answers(rng.randint(1, len(tasks) // 2))
-    limits = httpx.Limits(max_connections=len(tasks))
+    limits = client_limits(len(tasks))
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=15, limits=limits) as http:
         drivers = [asyncio.create_task(_drive(http, t, answers)) for t in tasks]
         try:

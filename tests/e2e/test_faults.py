@@ -29,6 +29,7 @@ from tests.support.server import (
     Server,
     ServerPool,
     assert_seqs_contiguous,
+    client_limits,
     jsonl_records,
     task_dirs,
 )
@@ -350,7 +351,7 @@ async def test_kill_9_under_mixed_load_loses_nothing(servers: ServerPool) -> Non
         env = server_env(fake)
         a = servers.start(workers=2, env=env)
         b = servers.start(env=env)
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        limits = client_limits(64)
         async with httpx.AsyncClient(timeout=30, limits=limits) as http:
             failover = Failover(http, [a, b], REQUEST_DEADLINE_S)
             tasks = []

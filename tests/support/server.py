@@ -32,6 +32,18 @@ from tests.support.postgres import PostgresDatabases
 READY_TIMEOUT_S = 45.0
 STOP_TIMEOUT_S = 15.0
 KILL_TIMEOUT_S = 10.0
+# Under uvicorn's keep-alive timeout (5 s): with httpx's default (also 5 s) a client may send a
+# request on a pooled connection the server is closing that moment, and read no answer.
+KEEPALIVE_EXPIRY_S = 2.0
+
+
+def client_limits(connections: int) -> httpx.Limits:
+    """Limits for a client of many connections to a server of these tests."""
+    return httpx.Limits(
+        max_connections=connections,
+        max_keepalive_connections=connections,
+        keepalive_expiry=KEEPALIVE_EXPIRY_S,
+    )
 
 
 def free_port() -> int:
