@@ -13,7 +13,7 @@ it is skipped if the span it summarised is no longer what the context shows.
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -1139,12 +1139,7 @@ def elided(counter: TextCounter, content: Any, excess: int, seq: int | None = No
 def _seqs_over(f: BinaryIO, start: int, end: int, fmt: str, cap: int) -> list[int]:
     """The seqs of the messages in bytes [start, end) of messages.jsonl that cost more than
     ``cap`` as ``fmt`` renders them, the largest first."""
-    costs = []
-    for _, line in iter_lines(f, start, end):
-        record = orjson.loads(line)
-        if not is_marker(record) and (tokens := record_tokens(record, fmt)) > cap:
-            costs.append((tokens, record["seq"]))
-    return [seq for _, seq in sorted(costs, reverse=True)]
+    return _largest_over((orjson.loads(line) for _, line in iter_lines(f, start, end)), fmt, cap)
 
 
 def _over_cap_shown_again(
@@ -1163,13 +1158,18 @@ def _over_cap_shown_again(
             low, high = record["hides"]  # positions: a message's is its seq
             if low == high <= last_kept:
                 cut.add(low)
-    costs = []
-    for seq in cut:
-        record = record_at(f, seq, end)
-        if record is not None and not is_marker(record):
-            tokens = record_tokens(record, fmt)
-            if tokens > cap:
-                costs.append((tokens, seq))
+    kept = (record_at(f, seq, end) for seq in cut)
+    return _largest_over((record for record in kept if record is not None), fmt, cap)
+
+
+def _largest_over(records: Iterable[dict[str, Any]], fmt: str, cap: int) -> list[int]:
+    """The seqs of the messages among ``records`` that cost more than ``cap`` as ``fmt``
+    renders them, the largest first."""
+    costs = [
+        (tokens, record["seq"])
+        for record in records
+        if not is_marker(record) and (tokens := record_tokens(record, fmt)) > cap
+    ]
     return [seq for _, seq in sorted(costs, reverse=True)]
 
 
