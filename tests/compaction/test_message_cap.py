@@ -12,7 +12,9 @@ import httpx
 import pytest
 
 from app.config import CompactionSettings, Settings
+from app.context.files import ContextFiles, CurrentRender
 from tests.support.conversations import tool_call, tool_result
+from tests.support.files import task_dir
 from tests.support.payloads import payload
 from tests.support.tasks import all_messages, append, new_task, post_messages, task_body
 
@@ -89,10 +91,13 @@ async def test_the_append_answer_counts_the_context_after_the_cut(
     assert after["context_tokens"] == cut["context_tokens"] + after["tokens"][0]
 
 
-async def test_a_rewind_keeping_a_cut_message_keeps_it_cut(client: httpx.AsyncClient) -> None:
+async def test_a_rewind_keeping_a_cut_message_keeps_it_cut(
+    client: httpx.AsyncClient, context_dir: Path
+) -> None:
     """A rewind to the build log the cap cut drops the elision that followed it: the log is
     cut again before the rewind answers, as its append cut it, so the payload's prefix is the
-    one the provider cached and no later turn cuts the log from the middle of a payload."""
+    one the provider cached and no later turn cuts the log from the middle of a payload. The
+    context is still what its files rebuild (SPEC §3.2)."""
     uuid = await new_task(client, context_length=WINDOW, max_output_tokens=RESERVED)
     await append(client, uuid, INSTRUCTION)
     output = build_output(400)
@@ -107,6 +112,9 @@ async def test_a_rewind_keeping_a_cut_message_keeps_it_cut(client: httpx.AsyncCl
     after, _, _ = await payload(client, uuid)
     assert after["messages"] == cut["messages"]
     assert rewound.json()["context_tokens"] == reply["context_tokens"] - reply["tokens"][0]
+    directory = task_dir(context_dir, uuid)
+    rendered = b"".join(CurrentRender(ContextFiles(directory)))
+    assert rendered == (directory / "current.jsonl").read_bytes()
 
 
 async def test_a_rewind_dropping_a_cut_message_cuts_nothing(client: httpx.AsyncClient) -> None:
