@@ -9,15 +9,26 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, suppress
+from typing import NamedTuple
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context import heads
-from app.context.pending import ContextKey, PendingHeads
+from app.context.pending import ContextKey, PendingHead, PendingHeads
 from app.context.records import HeadState
 from app.db.engine import Database
 from app.errors import InsufficientStorage, StorageUnavailable, TaskNotFound
 from app.storage.locks import TaskLocks
 
 log = logging.getLogger(__name__)
+
+
+class _Written(NamedTuple):
+    """What a write of pending heads found (``entries``, ``served``) and moved (``written``)."""
+
+    entries: list[tuple[ContextKey, PendingHead]]
+    written: list[tuple[ContextKey, PendingHead]]
+    served: dict[str, int]
 
 
 class WriteBehind:
@@ -67,6 +78,8 @@ class WriteBehind:
         tasks = self.pending.tasks()
         if task_uuids is not None:
             tasks &= set(task_uuids)
+        if not tasks:
+            return
         if wait:
             for task_uuid in sorted(tasks):
                 try:
@@ -78,27 +91,44 @@ class WriteBehind:
                     # A read needs no free space: it answers with the counters written so far.
                     log.warning("pending heads not written: %s", exc.message)
             return
-        async with AsyncExitStack() as stack:
-            held = {t for t in tasks if await stack.enter_async_context(self.locks.try_hold(t))}
-            await self.write(held)
+        # The locks are tried once the transaction is begun (on SQLite, the database's write
+        # lock held): a round that waits for another writer holds no task lock meanwhile, for
+        # an append to that task to wait behind.
+        async with AsyncExitStack() as held_locks:
+            async with self.db.transaction() as session:
+                held = {
+                    t for t in tasks if await held_locks.enter_async_context(self.locks.try_hold(t))
+                }
+                written = await self._write_in(session, held)
+            self._settle(written)  # the locks still held
 
     async def write(self, task_uuids: set[str]) -> None:
         """Write these tasks' pending heads; hold their locks. The heads stay pending until
         written: a read that flushes meanwhile waits for the lock rather than finding nothing
         to wait for."""
+        if self.pending.of_tasks(task_uuids) or self.pending.served.keys() & task_uuids:
+            async with self.db.transaction() as session:
+                written = await self._write_in(session, task_uuids)
+            self._settle(written)
+
+    async def _write_in(self, session: AsyncSession, task_uuids: set[str]) -> _Written:
+        """Write these tasks' pending heads in the session's transaction (their locks held)."""
         entries = self.pending.of_tasks(task_uuids)
         served = {t: self.pending.served[t] for t in task_uuids if t in self.pending.served}
-        if entries or served:
-            async with self.db.transaction() as session:
-                written = await heads.write_pending(session, entries)
-                await heads.write_served(session, served)
-            for key, _ in entries:
-                self.pending.take(key)
-            for key, entry in written:
-                self._on_written(key, entry.head)
-            for task_uuid, tokens in served.items():  # unless a payload served meanwhile
-                if self.pending.served.get(task_uuid) == tokens:
-                    del self.pending.served[task_uuid]
+        written = await heads.write_pending(session, entries)
+        await heads.write_served(session, served)
+        return _Written(entries, written, served)
+
+    def _settle(self, done: _Written) -> None:
+        """After the commit of :meth:`_write_in` (the locks still held): what it wrote is no
+        longer pending."""
+        for key, _ in done.entries:
+            self.pending.take(key)
+        for key, entry in done.written:
+            self._on_written(key, entry.head)
+        for task_uuid, tokens in done.served.items():  # unless a payload served meanwhile
+            if self.pending.served.get(task_uuid) == tokens:
+                del self.pending.served[task_uuid]
 
     async def record_served(self, task_uuid: str, tokens: int) -> None:
         """Remember the counted tokens of a payload served: written with the pending heads

@@ -130,15 +130,20 @@ class JobQueue:
         A running job whose lease ran out lost its worker (killed, or its host gone): it is due
         again, for any worker of any process; after its last attempt it fails instead.
         """
+        # A runner polls every few seconds and mostly finds nothing: a one-statement read
+        # says so without the write transaction (on SQLite the database's write lock, which
+        # appends' bookkeeping and every other writer would wait for).
+        async with self.db.statements() as session:
+            if await session.scalar(select(Job.id).where(_due(datetime.now(UTC))).limit(1)) is None:
+                return None
         async with self.db.transaction() as session:
             # The time once the transaction is ours: a claim that waited for the database
             # longer than a lease would otherwise hand out a lease already over, and the next
             # claim would take the job from its new run.
             now = datetime.now(UTC)
-            expired = and_(Job.status == "running", Job.lease_until < now)
             await session.execute(
                 update(Job)
-                .where(expired, Job.attempts >= Job.max_attempts)
+                .where(_lease_over(now), Job.attempts >= Job.max_attempts)
                 .values(
                     status="failed",
                     lease_until=None,
@@ -148,7 +153,7 @@ class JobQueue:
             )
             job = await session.scalar(
                 select(Job)
-                .where(or_(and_(Job.status == "queued", Job.not_before <= now), expired))
+                .where(_due(now))
                 .order_by(Job.id)
                 .limit(1)
                 .with_for_update(skip_locked=True)
@@ -213,6 +218,16 @@ async def count_active(session: AsyncSession) -> dict[tuple[str, str], int]:
         .group_by(Job.kind, Job.status)
     )
     return {(str(kind), str(status)): int(n) for kind, status, n in rows}
+
+
+def _lease_over(now: datetime) -> ColumnElement[bool]:
+    """A running job whose worker stopped renewing its lease."""
+    return and_(Job.status == "running", Job.lease_until < now)
+
+
+def _due(now: datetime) -> ColumnElement[bool]:
+    """A job a runner may take: queued and due, or running with its lease over."""
+    return or_(and_(Job.status == "queued", Job.not_before <= now), _lease_over(now))
 
 
 def _active_job(task_uuid: str, kind: str, thread_id: int) -> Select[Job]:

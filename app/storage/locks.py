@@ -79,15 +79,17 @@ class TaskLocks:
 
     @asynccontextmanager
     async def try_hold(self, task_uuid: str) -> AsyncIterator[bool]:
-        """Hold the task's lock if no one does, without waiting; yields whether it is held."""
-        entry = self._entries.get(task_uuid)
-        if entry is not None and entry.lock.locked():
+        """Hold the task's lock if no one holds it or waits for it, without waiting; yields
+        whether it is held. (A lock just released to a waiter that has not run yet is free,
+        but taking it would wait for that waiter: its caller may hold what the waiter needs
+        next, the database's write lock for one.)"""
+        if task_uuid in self._entries:  # held or waited for by a coroutine of this process
             yield False
             return
-        entry = self._entries.setdefault(task_uuid, _Entry())
+        entry = self._entries[task_uuid] = _Entry()
         entry.users += 1
         try:
-            await entry.lock.acquire()  # free, and no await since: taken at once
+            await entry.lock.acquire()  # a new lock: taken at once
             try:
                 async with self._processes.try_hold(task_uuid) as held:
                     yield held

@@ -6,11 +6,13 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from app.config import Settings
 from app.context.pending import PendingHeads
 from app.context.records import HeadState, IdempotentResult, StatsDelta
 from tests.support.app import running_app
-from tests.support.database import run_sql
+from tests.support.database import run_sql, sqlite_write_lock_held
 from tests.support.tasks import task_body
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
@@ -100,3 +102,29 @@ async def test_shutdown_writes_what_is_pending(context_dir: Path) -> None:
             assert (await client.post(f"/tasks/{uuid}/messages", json=message)).is_success
         assert committed(context_dir, uuid) == (1, 1, 0)
     assert committed(context_dir, uuid) == (4, 4, 0)
+
+
+@pytest.mark.sqlite_only  # PostgreSQL locks rows: a round waits for no other writer
+async def test_a_round_waiting_for_the_database_keeps_no_append_waiting(
+    context_dir: Path,
+) -> None:
+    """While another process holds SQLite's write lock, a round of the write-behind waits for
+    it; appends to the task it has pending go on meanwhile (the round takes the task's lock
+    only once its transaction is begun), and the round writes them all once it gets in."""
+    settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 20})
+    async with running_app(settings) as client:
+        created = await client.post("/tasks", json=task_body(system_prompt="You are an agent."))
+        uuid = created.json()["uuid"]
+        note = {"role": "user", "content": "note"}
+        async with sqlite_write_lock_held(settings.effective_database_url):
+            assert (await client.post(f"/tasks/{uuid}/messages", json=note)).is_success
+            await asyncio.sleep(0.2)  # a round is under way, waiting for the lock
+            for _ in range(3):
+                appended = client.post(f"/tasks/{uuid}/messages", json=note)
+                assert (await asyncio.wait_for(appended, 5)).is_success
+            assert committed(context_dir, uuid) == (1, 1, 0)
+        for _ in range(100):
+            if committed(context_dir, uuid) == (5, 5, 0):
+                break
+            await asyncio.sleep(0.02)
+        assert committed(context_dir, uuid) == (5, 5, 0)

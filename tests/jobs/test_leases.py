@@ -83,3 +83,23 @@ async def test_a_lease_runs_from_the_claim_not_from_the_wait_for_the_database(
         assert (row.status, row.attempts) == ("running", 1)
     finally:
         await db.dispose()
+
+
+@pytest.mark.sqlite_only  # PostgreSQL locks rows: a claim waits for no other writer
+async def test_a_claim_that_finds_nothing_due_does_not_wait_for_the_write_lock(
+    task_and_db: tuple[str, str],
+) -> None:
+    """A runner polls every few seconds and mostly finds nothing: while another process holds
+    SQLite's write lock, such a claim answers at once (were it a write transaction, every
+    other writer of the process would queue behind it on each poll)."""
+    task_uuid, url = task_and_db
+    db = open_database(url)
+    try:
+        queue = JobQueue(db, max_attempts=2, lease_s=60)
+        assert await queue.claim() is None  # no job at all
+        await queue.enqueue_once(task_uuid, "condense")
+        assert await queue.claim() is not None
+        async with sqlite_write_lock_held(url):
+            assert await asyncio.wait_for(queue.claim(), 5) is None  # leased, not due
+    finally:
+        await db.dispose()

@@ -103,6 +103,28 @@ async def test_mutual_exclusion_between_coroutines(make_locks: Callable[[], Task
     assert locks._entries == {}
 
 
+async def test_trying_a_lock_a_coroutine_waits_for_fails_at_once(
+    make_locks: Callable[[], TaskLocks],
+) -> None:
+    """Released to a waiter that has not run yet, the lock is free, but taking it would wait
+    for that waiter: a try must not (a write-behind round tries task locks while holding the
+    database's write lock, which the waiter may need next)."""
+    locks = make_locks()
+
+    async def wait_and_hold() -> None:
+        async with locks.hold(TASK):
+            await asyncio.sleep(0.3)
+
+    async with locks.hold(TASK):
+        waiter = asyncio.create_task(wait_and_hold())
+        await asyncio.sleep(0.05)  # the waiter waits for the lock
+    async with locks.try_hold(TASK) as held:  # released; the waiter has not run yet
+        assert not held
+    await waiter
+    async with locks.try_hold(TASK) as held:
+        assert held
+
+
 async def test_different_tasks_do_not_block_each_other(make_locks: Callable[[], TaskLocks]) -> None:
     """Holding one task's lock does not delay another task's."""
     locks = make_locks()
