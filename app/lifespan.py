@@ -100,6 +100,12 @@ def build_services(
     async def after_commit(context: LockedTask, before: HeadState, after: HeadState) -> FollowUp:
         return await trigger.after_append(context, before, after)
 
+    processes = settings.compaction.summarizer_processes
+    summary_processes = (
+        SummaryProcesses(processes, niceness=settings.compaction.summarizer_niceness)
+        if processes
+        else None  # the digest (and a condense's indexing and rendering) in a worker thread
+    )
     store = ContextStore(
         db=db,
         layout=layout,
@@ -108,17 +114,12 @@ def build_services(
         settings=settings,
         on_damaged_files=metrics.damaged_files.inc,
         after_commit=after_commit,
+        processes=summary_processes,
     )
     backends = build_backends(settings, http, metrics)
     inheritance = InheritanceService(store, jobs, wait_s=settings.inheritance.wait_s)
     tasks = TaskService(store, budgets, jobs, settings)
     creation = TaskCreation(tasks, store, budgets, inheritance, settings, frozenset(backends))
-    processes = settings.compaction.summarizer_processes
-    summary_processes = (
-        SummaryProcesses(processes, niceness=settings.compaction.summarizer_niceness)
-        if processes
-        else None  # the digest in a worker thread
-    )
     summarizer = Summarizer(
         backends=backends,
         # The summariser's window is the LLM's; what it costs is counted like a default task.
@@ -128,7 +129,9 @@ def build_services(
         max_tokens=settings.compaction.summary_max_tokens,
         processes=summary_processes,
     )
-    compaction = CompactionService(store, budgets, summarizer, settings, metrics=metrics)
+    compaction = CompactionService(
+        store, budgets, summarizer, settings, metrics=metrics, processes=summary_processes
+    )
     trigger = CondenseTrigger(budgets, jobs, compaction)
     final_summaries = FinalSummaryService(
         store,

@@ -24,11 +24,13 @@ import orjson
 from app.budgets.policy import Budget
 from app.budgets.service import Budgets
 from app.compaction import plans
+from app.compaction.indexing import ToIndex, entries_at, entries_of
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
 from app.context.effective import MASK, is_marker, marker_kind, position
 from app.context.files import RecordSpan, record_at, span_records, visible_records
+from app.context.processes import CpuProcesses, in_a_process
 from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
 from app.context.shapes import Marker, MaskedResult, SummaryRecord
 from app.context.store import ContextStore, LockedTask
@@ -126,8 +128,10 @@ class CompactionService:
         settings: Settings,
         *,
         metrics: Metrics | None = None,
+        processes: CpuProcesses | None = None,
     ) -> None:
         self.metrics = metrics  # each outcome counted and timed (@timed_compaction)
+        self._processes = processes  # where a long context is indexed, if any
         self.store = store
         self.budgets = budgets
         self.summarizer = summarizer
@@ -151,7 +155,7 @@ class CompactionService:
     async def _index(self, locked: LockedTask, fmt: str) -> tuple[HeadState, list[Entry]]:
         head = await self.store.recovered_head(locked)
         async with self.store.reading_messages(locked) as f:
-            entries = await asyncio.to_thread(_entries, f, head.messages_bytes, fmt)
+            entries = await asyncio.to_thread(entries_of, f, head.messages_bytes, fmt)
         return head, entries
 
     def _too_little(self, gain: int, context_tokens: int, *, explicit: bool) -> bool:
@@ -208,7 +212,12 @@ class CompactionService:
                     checklist = await asyncio.to_thread(latest_items, planning)
                 handle = await self.store.open_messages(locked)
             try:
-                entries = await asyncio.to_thread(_entries, handle, head.messages_bytes, fmt)
+                # Out of the service's interpreter, like the digest: tens of milliseconds of
+                # Python on a long context, which appends would otherwise wait behind.
+                end = head.messages_bytes
+                job = ToIndex(self.store.files(locked).messages, end, fmt)
+                here = partial(entries_of, handle, end, fmt)
+                entries = await in_a_process(self._processes, entries_at, job, here)
                 before = self.budgets.context_tokens(locked, head, fmt)
                 plan = self._plan_condense(locked, entries, before, fmt, explicit=explicit)
                 if isinstance(plan, Skip):
@@ -931,10 +940,6 @@ def _describe(span: Span, entries: list[Entry]) -> dict[str, Any]:
         "messages": span.messages(entries),
         "tokens": span.tokens(entries),
     }
-
-
-def _entries(f: BinaryIO, end: int, fmt: str) -> list[Entry]:
-    return [Entry.of(record, fmt) for record in visible_records(f, end)]
 
 
 def _hidden_facts(f: BinaryIO, head: HeadState, hides: tuple[int, int]) -> HiddenFacts:

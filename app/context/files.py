@@ -350,6 +350,22 @@ class PreparedView:
         self.path.unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class ViewToPrepare:
+    """What :func:`prepared_view` renders: plain data, so that it may run in another process."""
+
+    files: ContextFiles
+    base: HeadState
+    marker: Marker
+    fsync: bool
+
+
+def prepared_view(job: ViewToPrepare) -> PreparedView:
+    """:func:`prepare_view` from messages.jsonl as its path finds it."""
+    with open(job.files.messages, "rb") as f:
+        return prepare_view(job.files, f, job.base, job.marker, fsync=job.fsync)
+
+
 def prepare_view(
     files: ContextFiles, f: BinaryIO, base: HeadState, marker: Marker, *, fsync: bool
 ) -> PreparedView:

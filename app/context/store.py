@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -35,11 +36,12 @@ from app.context.files import (
     ContextFiles,
     PreparedView,
     Recovery,
+    ViewToPrepare,
     Where,
     accept_loss,
     commit_marker,
     commit_prepared,
-    prepare_view,
+    prepared_view,
     read_metadata,
     rebuild,
     recover,
@@ -55,6 +57,7 @@ from app.context.group_commit import (
     write_appends,
 )
 from app.context.pending import ContextKey
+from app.context.processes import CpuProcesses, in_a_process
 from app.context.records import (
     ContextAccumulator,
     HeadState,
@@ -193,6 +196,7 @@ class ContextStore:
         settings: Settings,
         on_damaged_files: Callable[[], None] | None = None,
         after_commit: AfterCommit | None = None,
+        processes: CpuProcesses | None = None,
     ) -> None:
         self.db = db
         self.layout = layout
@@ -216,6 +220,7 @@ class ContextStore:
         self._max_message_bytes = settings.limits.max_message_bytes
         self._appends = AppendQueues(self._commit_group)
         self.after_commit = after_commit
+        self._processes = processes
 
     # -- locking and lookup ---------------------------------------------------------------
 
@@ -771,16 +776,14 @@ class ContextStore:
         lock (``locked`` as it was when ``base`` was read): the long part of a compaction's
         commit, so that appends meanwhile do not wait for it. None if the files could not be
         written there (the directory moved with a status change): commit the usual way."""
-        files = self.files(locked)
-
-        def prepare() -> PreparedView:
-            with open(files.messages, "rb") as f:
-                return prepare_view(files, f, base, marker, fsync=self.fsync)
-
+        job = ViewToPrepare(self.files(locked), base, marker, self.fsync)
         try:
-            return await asyncio.to_thread(prepare)
+            # Rendering is pure Python, tens of milliseconds for a large context.
+            here = partial(prepared_view, job)
+            return await in_a_process(self._processes, prepared_view, job, here)
         except OSError as exc:
-            log.info("%s: marker not prepared (%s)", Where(locked.task.uuid, locked.thread_id), exc)
+            where = Where(locked.task.uuid, locked.thread_id)
+            log.info("%s: marker not prepared (%s)", where, exc)
             return None
 
     async def commit_prepared(

@@ -24,6 +24,7 @@ from app.summaries.summarizer import ExtractiveSummaries, SummaryRequest
 from app.tokens.counters import counter_for
 from tests.support.corpus import corpus_messages
 from tests.support.paths import REPO
+from tests.support.processes import LOADED, heavy_modules
 from tests.support.records import build_batch, lines_of
 from tests.support.waits import until
 
@@ -72,17 +73,6 @@ async def test_a_process_digests_a_span_as_a_worker_thread_does(
     assert multiprocessing.active_children(), "the digest ran in a process of the pool"
     assert in_thread.strip()
     assert pooled == in_thread
-
-
-# What a summariser process must not load: the web framework, the database, any LLM client.
-HEAVY = ("fastapi", "starlette", "sqlalchemy", "httpx", "app.llm", "app.summaries.summarizer")
-
-
-def heavy_modules(loaded: list[str]) -> list[str]:
-    return [name for name in loaded if any(name == h or name.startswith(f"{h}.") for h in HEAVY)]
-
-
-LOADED = "sorted(__import__('sys').modules)"  # eval'd in a process: the modules it holds
 
 
 async def test_a_process_imports_only_what_the_digest_needs(

@@ -1,0 +1,79 @@
+"""Work done in one of the service's CPU processes where it can be, in a worker thread where it
+cannot: no processes, a file no longer at its path (read from the open one here instead)."""
+
+import os
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from app.compaction.indexing import ToIndex, entries_at
+from app.context.files import ContextFiles, ViewToPrepare, prepared_view
+from app.context.processes import in_a_process
+from app.context.records import HeadState
+from app.context.shapes import Marker
+from app.summaries.processes import SummaryProcesses
+from tests.support.processes import LOADED, heavy_modules
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[SummaryProcesses]:
+    pool = SummaryProcesses(1)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+def size_at(path: Path) -> tuple[int, int]:
+    """The file's size, and the process that read it."""
+    return path.stat().st_size, os.getpid()
+
+
+def read_here(handle_path: Path) -> tuple[int, int]:
+    assert threading.current_thread() is not threading.main_thread()
+    return handle_path.stat().st_size, os.getpid()
+
+
+async def test_the_work_runs_in_a_process(processes: SummaryProcesses, tmp_path: Path) -> None:
+    path = tmp_path / "messages.jsonl"
+    path.write_bytes(b"x" * 10)
+    size, pid = await in_a_process(processes, size_at, path, lambda: read_here(path))
+    assert size == 10
+    assert pid != os.getpid()
+
+
+async def test_a_file_not_at_its_path_is_read_here(
+    processes: SummaryProcesses, tmp_path: Path
+) -> None:
+    """The task's directory moved (a status change) after the caller opened the file."""
+    moved = tmp_path / "moved.jsonl"
+    moved.write_bytes(b"x" * 7)
+    size, pid = await in_a_process(
+        processes, size_at, tmp_path / "gone.jsonl", lambda: read_here(moved)
+    )
+    assert (size, pid) == (7, os.getpid())
+
+
+async def test_without_processes_the_work_runs_in_a_thread(tmp_path: Path) -> None:
+    path = tmp_path / "messages.jsonl"
+    path.write_bytes(b"x" * 3)
+    assert await in_a_process(None, size_at, path, lambda: read_here(path)) == (3, os.getpid())
+
+
+async def test_a_condenses_indexing_and_rendering_load_nothing_heavy(
+    processes: SummaryProcesses, tmp_path: Path
+) -> None:
+    """What a condense hands a process besides its digest: the process stays as small."""
+    (tmp_path / "messages.jsonl").touch()
+    (tmp_path / "current.jsonl").touch()
+    files = ContextFiles(tmp_path)
+    assert await processes.run(entries_at, ToIndex(files.messages, 0, "openai")) == []
+    marker: Marker = {"role": "user", "content": "[Summary]", "marker": "condense", "tokens": 3}
+    job = ViewToPrepare(files, HeadState(), {**marker, "hides": [1, 1]}, fsync=False)
+    prepared = await processes.run(prepared_view, job)
+    prepared.discard()
+    loaded = await processes.run(eval, LOADED)
+    assert "app.compaction.indexing" in loaded
+    assert heavy_modules(loaded) == []
