@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
+from app.summaries.processes import SummaryProcesses
 from tests.support.lifespan import lifespan_of
 from tests.support.postgres import PostgresDatabases
 from tests.support.server import ServerPool
@@ -82,6 +83,16 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
         yield http
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[SummaryProcesses]:
+    """A pool of one of the service's CPU processes (started at its first call)."""
+    pool = SummaryProcesses(1)
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 @pytest.fixture

@@ -3,10 +3,7 @@ cannot: no processes, a file no longer at its path (read from the open one here 
 
 import os
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from app.compaction.indexing import ToIndex, entries_at
 from app.context.files import ContextFiles, ViewToPrepare, prepared_view
@@ -15,15 +12,6 @@ from app.context.records import HeadState
 from app.context.shapes import Marker
 from app.summaries.processes import SummaryProcesses
 from tests.support.processes import LOADED, heavy_modules
-
-
-@pytest.fixture
-async def processes() -> AsyncIterator[SummaryProcesses]:
-    pool = SummaryProcesses(1)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 def size_at(path: Path) -> tuple[int, int]:

@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -46,15 +46,6 @@ def span(tmp_path: Path) -> Iterator[RecordSpan]:
     path.write_bytes(lines_of(build_batch(1, messages)))
     with path.open("rb") as handle:
         yield RecordSpan(handle, path, path.stat().st_size, 2, len(messages) - 5)
-
-
-@pytest.fixture
-async def processes() -> AsyncIterator[SummaryProcesses]:
-    pool = SummaryProcesses(1)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 def request(tokens: int, counter: str) -> SummaryRequest:
