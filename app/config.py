@@ -277,9 +277,10 @@ class CompactionSettings(_Group):
     summarizer_processes: int = Field(
         1,
         ge=0,
-        description="Processes that compute a condense's extractive digest and render a "
-        "compaction's new current.jsonl, started at the first; 0: a worker thread of the "
-        "service's process (appends meanwhile wait for the interpreter).",
+        description="Processes that do a condense's CPU work (its extractive digest, the "
+        "indexing of the context, the rendering of its new current.jsonl), started at the "
+        "first condense; 0: a worker thread of the service's process (appends meanwhile wait "
+        "for the interpreter).",
     )
     summarizer_niceness: int = Field(
         10,

@@ -352,22 +352,36 @@ class PreparedView:
 
 @dataclass(frozen=True)
 class ViewToPrepare:
-    """What :func:`prepared_view` renders: plain data, so that it may run in another process."""
+    """What :func:`prepared_view` renders: plain data, so that it may run in another process.
+    The caller names the file (:func:`prepared_path`): it knows what to remove should the
+    process die before it answers."""
 
     files: ContextFiles
     base: HeadState
     marker: Marker
     fsync: bool
+    path: Path
+
+
+def prepared_path(files: ContextFiles) -> Path:
+    """A new name for a prepared current.jsonl, beside it."""
+    return files.current.with_name(f"{CURRENT}.{uuid.uuid4().hex}.prepared")
 
 
 def prepared_view(job: ViewToPrepare) -> PreparedView:
-    """:func:`prepare_view` from messages.jsonl as its path finds it."""
+    """:func:`prepare_view` from messages.jsonl as its path finds it, into ``job.path``."""
     with open(job.files.messages, "rb") as f:
-        return prepare_view(job.files, f, job.base, job.marker, fsync=job.fsync)
+        return prepare_view(job.files, f, job.base, job.marker, fsync=job.fsync, path=job.path)
 
 
 def prepare_view(
-    files: ContextFiles, f: BinaryIO, base: HeadState, marker: Marker, *, fsync: bool
+    files: ContextFiles,
+    f: BinaryIO,
+    base: HeadState,
+    marker: Marker,
+    *,
+    fsync: bool,
+    path: Path | None = None,
 ) -> PreparedView:
     """Render, from an open messages.jsonl, the current.jsonl of ``base`` with ``marker``.
     It is fsynced here, outside the task lock: the commit then flushes only the lines
@@ -382,7 +396,7 @@ def prepare_view(
     markers = [orjson.loads(x) for _, x in iter_lines(f, 0, end) if MARKER in x]
     active = effective.plan([*markers, provisional])
     view = HeadState()
-    path = files.current.with_name(f"{CURRENT}.{uuid.uuid4().hex}.prepared")
+    path = path or prepared_path(files)
     try:
         with open(path, "wb") as out:
             records = (orjson.loads(x) for _, x in iter_lines(f, 0, end))

@@ -18,11 +18,20 @@ Argument = TypeVar("Argument")
 Result = TypeVar("Result")
 
 
+class ProcessLost(Exception):
+    """The process doing the work died before it answered (killed, out of memory)."""
+
+
 class CpuProcesses(Protocol):
     """Processes of the service's own that run a function of plain data."""
 
+    @property
+    def busy(self) -> bool:
+        """Whether every process has work: a call would queue behind it."""
+        ...
+
     async def run(self, function: Callable[[Argument], Result], argument: Argument) -> Result:
-        """``function(argument)`` in one of the processes."""
+        """``function(argument)`` in one of the processes; ProcessLost if it died."""
         ...
 
 
@@ -33,11 +42,12 @@ async def in_a_process(
     here: Callable[[], Result],
 ) -> Result:
     """``function(argument)`` in one of ``processes``; ``here()`` in a worker thread when there
-    are none or the process could not: a file no longer at its path (a status change moved the
-    task's directory: ``here`` reads the file the service holds open), a process that died."""
-    if processes is not None:
+    are none, when all are busy (another condense's digest takes seconds: this work would
+    wait for it), or when the process could not: a file no longer at its path (a status change
+    moved the task's directory), a process that died. Anything else it raises is raised."""
+    if processes is not None and not processes.busy:
         try:
             return await processes.run(function, argument)
-        except Exception as exc:
+        except (OSError, ProcessLost) as exc:
             log.info("%s done here, not in a process: %s", function.__name__, exc)
     return await asyncio.to_thread(here)

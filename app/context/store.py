@@ -41,6 +41,7 @@ from app.context.files import (
     accept_loss,
     commit_marker,
     commit_prepared,
+    prepared_path,
     prepared_view,
     read_metadata,
     rebuild,
@@ -776,15 +777,20 @@ class ContextStore:
         lock (``locked`` as it was when ``base`` was read): the long part of a compaction's
         commit, so that appends meanwhile do not wait for it. None if the files could not be
         written there (the directory moved with a status change): commit the usual way."""
-        job = ViewToPrepare(self.files(locked), base, marker, self.fsync)
+        files = self.files(locked)
+        job = ViewToPrepare(files, base, marker, self.fsync, prepared_path(files))
         try:
-            # Rendering is pure Python, tens of milliseconds for a large context.
+            # Rendering is pure Python, tens of milliseconds for a large context. (A thread
+            # renders it again by path: the directory moved, it fails there too.)
             here = partial(prepared_view, job)
             return await in_a_process(self._processes, prepared_view, job, here)
         except OSError as exc:
             where = Where(locked.task.uuid, locked.thread_id)
             log.info("%s: marker not prepared (%s)", where, exc)
             return None
+        except BaseException:  # cancelled, or a process that died leaving part of it
+            job.path.unlink(missing_ok=True)
+            raise
 
     async def commit_prepared(
         self,

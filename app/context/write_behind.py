@@ -93,12 +93,14 @@ class WriteBehind:
             return
         # The locks are tried once the transaction is begun (on SQLite, the database's write
         # lock held): a round that waits for another writer holds no task lock meanwhile, for
-        # an append to that task to wait behind.
+        # an append to that task to wait behind. Tasks in use are left to the next round
+        # before it begins: a round with nothing to write takes no write lock.
+        tasks = {t for t in tasks if not self.locks.in_use(t)}
+        if not tasks:
+            return
         async with AsyncExitStack() as held_locks:
             async with self.db.transaction() as session:
-                held = {
-                    t for t in tasks if await held_locks.enter_async_context(self.locks.try_hold(t))
-                }
+                held = await held_locks.enter_async_context(self.locks.try_hold_each(tasks))
                 written = await self._write_in(session, held)
             self._settle(written)  # the locks still held
 

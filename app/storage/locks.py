@@ -13,8 +13,8 @@ import fcntl
 import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from pathlib import Path
 from typing import Protocol
 
@@ -83,7 +83,7 @@ class TaskLocks:
         whether it is held. (A lock just released to a waiter that has not run yet is free,
         but taking it would wait for that waiter: its caller may hold what the waiter needs
         next, the database's write lock for one.)"""
-        if task_uuid in self._entries:  # held or waited for by a coroutine of this process
+        if self.in_use(task_uuid):
             yield False
             return
         entry = self._entries[task_uuid] = _Entry()
@@ -99,6 +99,26 @@ class TaskLocks:
             entry.users -= 1
             if entry.users == 0:
                 del self._entries[task_uuid]
+
+    @asynccontextmanager
+    async def try_hold_each(self, task_uuids: Iterable[str]) -> AsyncIterator[set[str]]:
+        """:meth:`try_hold` each task's lock; yields those held (the others are let go at
+        once, for no one to wait behind a try that failed)."""
+        async with AsyncExitStack() as holding:
+            held = set()
+            for task_uuid in task_uuids:
+                attempt = AsyncExitStack()
+                if await attempt.enter_async_context(self.try_hold(task_uuid)):
+                    holding.push_async_callback(attempt.aclose)
+                    held.add(task_uuid)
+                else:
+                    await attempt.aclose()
+            yield held
+
+    def in_use(self, task_uuid: str) -> bool:
+        """Whether a coroutine of this process holds the task's lock or waits for it (a try
+        would fail)."""
+        return task_uuid in self._entries
 
     def discard(self, task_uuid: str) -> None:
         """Remove the task's lock file, its task gone; call it holding the lock. Whoever waits

@@ -1,11 +1,12 @@
-"""Processes of the service's own that run a summariser's CPU work (the extractive digest).
+"""Processes of the service's own that run a condense's CPU work: the extractive digest, and
+the indexing and rendering of :mod:`app.context.processes`.
 
 The digest is pure Python: in a worker thread it holds the interpreter's lock for most of a
 condense, and every append of the process waits for it at each hand-off. In another process it
 costs an append only a share of the CPU, and less at a lower priority (on two cores a process
 as busy as the service, at the same priority, alone makes its p99 three or four times longer).
 The processes are started by ``spawn`` (a fork of a threaded asyncio process may copy a lock
-some thread held), when the first digest is asked for, and are shut down with the service.
+some thread held), when the first work is asked of them, and are shut down with the service.
 """
 
 import asyncio
@@ -19,6 +20,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
+from app.context.processes import ProcessLost
+
 log = logging.getLogger(__name__)
 
 Argument = TypeVar("Argument")
@@ -28,7 +31,7 @@ START_METHOD = "spawn"
 WATCH_S = 1.0  # how often a process checks that the service that started it is still there
 
 
-class SummaryProcessLost(Exception):
+class SummaryProcessLost(ProcessLost):
     """The process computing a summary died before it answered (killed, out of memory)."""
 
 
@@ -41,9 +44,22 @@ class SummaryProcesses:
         self.count = count
         self.niceness = niceness
         self._executor: ProcessPoolExecutor | None = None
+        self._calls = 0  # submitted, not yet answered
+
+    @property
+    def busy(self) -> bool:
+        """Whether every process has work: a call would queue behind it."""
+        return self._calls >= self.count
 
     async def run(self, function: Callable[[Argument], Result], argument: Argument) -> Result:
         """``function(argument)`` in one of the processes (both pickled by reference/value)."""
+        self._calls += 1
+        try:
+            return await self._run(function, argument)
+        finally:
+            self._calls -= 1
+
+    async def _run(self, function: Callable[[Argument], Result], argument: Argument) -> Result:
         executor = self._executor
         if executor is None:
             context = multiprocessing.get_context(START_METHOD)

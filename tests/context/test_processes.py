@@ -1,17 +1,20 @@
 """Work done in one of the service's CPU processes where it can be, in a worker thread where it
 cannot: no processes, a file no longer at its path (read from the open one here instead)."""
 
+import asyncio
 import os
 import threading
+import time
 from pathlib import Path
 
 from app.compaction.indexing import ToIndex, entries_at
-from app.context.files import ContextFiles, ViewToPrepare, prepared_view
+from app.context.files import ContextFiles, ViewToPrepare, prepared_path, prepared_view
 from app.context.processes import in_a_process
 from app.context.records import HeadState
 from app.context.shapes import Marker
 from app.summaries.processes import SummaryProcesses
 from tests.support.processes import LOADED, heavy_modules
+from tests.support.waits import until
 
 
 def size_at(path: Path) -> tuple[int, int]:
@@ -44,6 +47,22 @@ async def test_a_file_not_at_its_path_is_read_here(
     assert (size, pid) == (7, os.getpid())
 
 
+async def test_while_every_process_is_busy_the_work_runs_here(
+    processes: SummaryProcesses, tmp_path: Path
+) -> None:
+    """Another condense's digest takes seconds: the work does not queue behind it."""
+    path = tmp_path / "messages.jsonl"
+    path.write_bytes(b"x" * 5)
+    digest = asyncio.create_task(processes.run(time.sleep, 1.0))
+    await until(lambda: processes.busy)
+    assert await in_a_process(processes, size_at, path, lambda: read_here(path)) == (
+        5,
+        os.getpid(),
+    )
+    assert not digest.done()
+    await digest
+
+
 async def test_without_processes_the_work_runs_in_a_thread(tmp_path: Path) -> None:
     path = tmp_path / "messages.jsonl"
     path.write_bytes(b"x" * 3)
@@ -59,7 +78,9 @@ async def test_a_condenses_indexing_and_rendering_load_nothing_heavy(
     files = ContextFiles(tmp_path)
     assert await processes.run(entries_at, ToIndex(files.messages, 0, "openai")) == []
     marker: Marker = {"role": "user", "content": "[Summary]", "marker": "condense", "tokens": 3}
-    job = ViewToPrepare(files, HeadState(), {**marker, "hides": [1, 1]}, fsync=False)
+    job = ViewToPrepare(
+        files, HeadState(), {**marker, "hides": [1, 1]}, False, prepared_path(files)
+    )
     prepared = await processes.run(prepared_view, job)
     prepared.discard()
     loaded = await processes.run(eval, LOADED)

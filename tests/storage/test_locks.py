@@ -125,6 +125,21 @@ async def test_trying_a_lock_a_coroutine_waits_for_fails_at_once(
         assert held
 
 
+async def test_trying_each_holds_the_free_locks_and_lets_the_others_go(
+    make_locks: Callable[[], TaskLocks],
+) -> None:
+    here, other = make_locks(), make_locks()  # two processes
+    free, taken = TASK, str(uuid_module.uuid4())
+    for task in (free, taken):
+        async with here.hold(task):  # the lock files exist
+            pass
+    async with other.hold(taken), here.try_hold_each([free, taken]) as held:
+        assert held == {free}
+        assert here.in_use(free)
+        assert not here.in_use(taken)  # the failed try holds nothing meanwhile
+    assert not here.in_use(free)
+
+
 async def test_different_tasks_do_not_block_each_other(make_locks: Callable[[], TaskLocks]) -> None:
     """Holding one task's lock does not delay another task's."""
     locks = make_locks()
