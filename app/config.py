@@ -277,10 +277,9 @@ class CompactionSettings(_Group):
     summarizer_processes: int = Field(
         1,
         ge=0,
-        description="Processes that do a condense's CPU work (its extractive digest, the "
-        "indexing of the context, the rendering of its new current.jsonl), started at the "
-        "first condense; 0: a worker thread of the service's process (appends meanwhile wait "
-        "for the interpreter).",
+        description="Processes that compute a condense's extractive digest, started at the "
+        "first, and once up also index the context and render its new current.jsonl; 0: a "
+        "worker thread of the service's process (appends meanwhile wait for the interpreter).",
     )
     summarizer_niceness: int = Field(
         10,

@@ -26,8 +26,9 @@ class CpuProcesses(Protocol):
     """Processes of the service's own that run a function of plain data."""
 
     @property
-    def busy(self) -> bool:
-        """Whether every process has work: a call would queue behind it."""
+    def available(self) -> bool:
+        """Whether a process is up and free: a call would neither start one (a second or so)
+        nor queue behind another's work."""
         ...
 
     async def run(self, function: Callable[[Argument], Result], argument: Argument) -> Result:
@@ -41,11 +42,12 @@ async def in_a_process(
     argument: Argument,
     here: Callable[[], Result],
 ) -> Result:
-    """``function(argument)`` in one of ``processes``; ``here()`` in a worker thread when there
-    are none, when all are busy (another condense's digest takes seconds: this work would
-    wait for it), or when the process could not: a file no longer at its path (a status change
-    moved the task's directory), a process that died. Anything else it raises is raised."""
-    if processes is not None and not processes.busy:
+    """``function(argument)`` in one of ``processes``; ``here()`` in a worker thread when none
+    is available (not started yet: a start takes a second or so, which a condense the payload
+    waits for cannot spare; all busy: another condense's digest takes seconds), or when the
+    process could not: a file no longer at its path (a status change moved the task's
+    directory), a process that died. Anything else it raises is raised."""
+    if processes is not None and processes.available:
         try:
             return await processes.run(function, argument)
         except (OSError, ProcessLost) as exc:

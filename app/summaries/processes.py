@@ -6,7 +6,8 @@ condense, and every append of the process waits for it at each hand-off. In anot
 costs an append only a share of the CPU, and less at a lower priority (on two cores a process
 as busy as the service, at the same priority, alone makes its p99 three or four times longer).
 The processes are started by ``spawn`` (a fork of a threaded asyncio process may copy a lock
-some thread held), when the first work is asked of them, and are shut down with the service.
+some thread held), when the first digest is asked for, and are shut down with the service; other
+work goes to them only once they are up.
 """
 
 import asyncio
@@ -47,9 +48,9 @@ class SummaryProcesses:
         self._calls = 0  # submitted, not yet answered
 
     @property
-    def busy(self) -> bool:
-        """Whether every process has work: a call would queue behind it."""
-        return self._calls >= self.count
+    def available(self) -> bool:
+        """Whether a process is up and free: a call would neither start one nor queue."""
+        return self._executor is not None and self._calls < self.count
 
     async def run(self, function: Callable[[Argument], Result], argument: Argument) -> Result:
         """``function(argument)`` in one of the processes (both pickled by reference/value)."""

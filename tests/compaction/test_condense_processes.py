@@ -1,8 +1,8 @@
-"""A condense whose extractive digest, indexing and rendering run in a summariser process
-(COMPACTION__SUMMARIZER_PROCESSES), over the real app: it commits what the worker thread's
-condense commits. A process killed while it indexes (kill -9) leaves the indexing to a thread;
-one killed in the middle of the digest fails the condense like any failure of its summariser:
-nothing is written, the context still serves, appends go on, and a job retries."""
+"""A condense whose extractive digest (and, once the process is up, its indexing and
+rendering) runs in a summariser process (COMPACTION__SUMMARIZER_PROCESSES), over the real app:
+it commits what the worker thread's condense commits, and a process killed in the middle of it
+(kill -9) fails the condense like any failure of its summariser: nothing is written, the
+context still serves, appends go on, and a job retries."""
 
 import asyncio
 import multiprocessing
@@ -56,18 +56,14 @@ async def filled(client: Client, **task: Any) -> str:
     return uuid
 
 
-async def kill_first_summariser_processes() -> list[int]:
-    """SIGKILL the first two summariser processes to start, as each starts; their pids. The
-    first starts when a condense indexes its context and dies there (the indexing is then done
-    in a thread); the second, started for the digest, dies in the middle of that condense."""
-    killed: list[int] = []
-    for _ in range(2):
-        await until(lambda: any(p.pid not in killed for p in multiprocessing.active_children()))
-        pid = next(p.pid for p in multiprocessing.active_children() if p.pid not in killed)
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
-    return killed
+async def kill_first_summariser_process() -> int:
+    """SIGKILL the first summariser process to start (it starts when a digest is asked for, so
+    it dies in the middle of that condense); its pid."""
+    await until(lambda: bool(multiprocessing.active_children()))
+    pid = multiprocessing.active_children()[0].pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    return pid
 
 
 async def condensed(context_dir: Path, processes: int) -> tuple[list[dict[str, Any]], bytes]:
@@ -90,7 +86,7 @@ async def condensed(context_dir: Path, processes: int) -> tuple[list[dict[str, A
 async def test_a_condense_in_a_process_commits_what_one_in_a_thread_does(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The digest, the indexing of the context and the rendering of its new current.jsonl: in
+    """The digest and the rendering of the new current.jsonl (the process is up by then): in
     the process, each gives what it gives in a thread."""
     in_thread = await condensed(tmp_path / "thread", processes=0)
     caplog.clear()
@@ -106,7 +102,7 @@ async def test_a_summariser_process_killed_fails_the_condense_and_writes_nothing
     async with running_app(pooled(context_dir)) as client:
         uuid = await filled(client, context_length=WINDOW)
         before = snapshot_dir(task_dir(context_dir, uuid))
-        killer = asyncio.create_task(kill_first_summariser_processes())
+        killer = asyncio.create_task(kill_first_summariser_process())
         response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "condense"})
         killed = await killer
         assert response.status_code == 502, response.text
@@ -119,7 +115,7 @@ async def test_a_summariser_process_killed_fails_the_condense_and_writes_nothing
         response = await client.post(f"/tasks/{uuid}/compress", json={"strategy": "condense"})
         assert response.status_code == 200, response.text
         assert response.json()["kind"] == "condense"
-        assert not set(killed) & {p.pid for p in multiprocessing.active_children()}
+        assert killed not in [p.pid for p in multiprocessing.active_children()]
         assert (await client.get(f"/tasks/{uuid}/request")).status_code == 200
 
 
@@ -127,7 +123,7 @@ async def test_a_condense_job_whose_process_was_killed_is_retried(context_dir: P
     """The background condense of a context over its threshold: its first attempt loses its
     process, the retry condenses."""
     async with running_app(pooled(context_dir)) as client:
-        killer = asyncio.create_task(kill_first_summariser_processes())
+        killer = asyncio.create_task(kill_first_summariser_process())
         uuid = await filled(client, context_length=40_000, max_output_tokens=1000)
         await killer
         jobs = await settled_jobs(client, uuid, "condense")

@@ -2,6 +2,7 @@
 cannot: no processes, a file no longer at its path (read from the open one here instead)."""
 
 import asyncio
+import multiprocessing
 import os
 import threading
 import time
@@ -27,9 +28,19 @@ def read_here(handle_path: Path) -> tuple[int, int]:
     return handle_path.stat().st_size, os.getpid()
 
 
-async def test_the_work_runs_in_a_process(processes: SummaryProcesses, tmp_path: Path) -> None:
+async def test_the_work_runs_in_a_process_once_it_is_up(
+    processes: SummaryProcesses, tmp_path: Path
+) -> None:
+    """Not before: starting one takes a second or so, which a condense a payload waits for
+    cannot spare (the first digest starts it)."""
     path = tmp_path / "messages.jsonl"
     path.write_bytes(b"x" * 10)
+    assert await in_a_process(processes, size_at, path, lambda: read_here(path)) == (
+        10,
+        os.getpid(),
+    )
+    assert not multiprocessing.active_children()
+    assert await processes.run(len, "up") == 2
     size, pid = await in_a_process(processes, size_at, path, lambda: read_here(path))
     assert size == 10
     assert pid != os.getpid()
@@ -41,6 +52,7 @@ async def test_a_file_not_at_its_path_is_read_here(
     """The task's directory moved (a status change) after the caller opened the file."""
     moved = tmp_path / "moved.jsonl"
     moved.write_bytes(b"x" * 7)
+    await processes.run(len, "up")
     size, pid = await in_a_process(
         processes, size_at, tmp_path / "gone.jsonl", lambda: read_here(moved)
     )
@@ -53,8 +65,9 @@ async def test_while_every_process_is_busy_the_work_runs_here(
     """Another condense's digest takes seconds: the work does not queue behind it."""
     path = tmp_path / "messages.jsonl"
     path.write_bytes(b"x" * 5)
+    await processes.run(len, "up")
     digest = asyncio.create_task(processes.run(time.sleep, 1.0))
-    await until(lambda: processes.busy)
+    await until(lambda: not processes.available)
     assert await in_a_process(processes, size_at, path, lambda: read_here(path)) == (
         5,
         os.getpid(),
