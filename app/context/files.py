@@ -9,6 +9,7 @@ head back into agreement, treating ``messages.jsonl`` as the record of truth.
 
 import logging
 import os
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -363,28 +364,48 @@ class ViewToPrepare:
     path: Path
 
 
+# A prepared current.jsonl this old belongs to no condense in flight (a condense has seconds
+# to minutes): a service killed while rendering, or a condense cancelled just as its process
+# created the file, left it behind.
+STALE_PREPARED_S = 3600.0
+_PREPARED_GLOB = f"{CURRENT}.*.prepared"
+
+
 def prepared_path(files: ContextFiles) -> Path:
     """A new name for a prepared current.jsonl, beside it."""
     return files.current.with_name(f"{CURRENT}.{uuid.uuid4().hex}.prepared")
 
 
+def remove_stale_prepared(files: ContextFiles, now: float) -> list[Path]:
+    """Remove the prepared current.jsonl files beside current.jsonl last written over
+    :data:`STALE_PREPARED_S` before ``now`` (a time.time()); the paths removed."""
+    removed = []
+    for path in files.directory.glob(_PREPARED_GLOB):
+        try:
+            if now - path.stat().st_mtime > STALE_PREPARED_S:
+                path.unlink()
+                removed.append(path)
+        except FileNotFoundError:  # its own condense removed it meanwhile
+            continue
+    return removed
+
+
 def prepared_view(job: ViewToPrepare) -> PreparedView:
     """:func:`prepare_view` from messages.jsonl as its path finds it, into ``job.path``."""
     with open(job.files.messages, "rb") as f:
-        return prepare_view(job.files, f, job.base, job.marker, fsync=job.fsync, path=job.path)
+        return prepare_view(f, job.base, job.marker, fsync=job.fsync, path=job.path)
 
 
 def prepare_view(
-    files: ContextFiles,
     f: BinaryIO,
     base: HeadState,
     marker: Marker,
     *,
     fsync: bool,
-    path: Path | None = None,
+    path: Path,
 ) -> PreparedView:
-    """Render, from an open messages.jsonl, the current.jsonl of ``base`` with ``marker``.
-    It is fsynced here, outside the task lock: the commit then flushes only the lines
+    """Render, from an open messages.jsonl, the current.jsonl of ``base`` with ``marker``
+    into ``path``. It is fsynced here, outside the task lock: the commit then flushes only the lines
     appended since, and an append's fsync meanwhile has none of its megabytes to wait for.
 
     The rendering does not depend on the marker's seq (current.jsonl's lines carry none, and a
@@ -396,7 +417,6 @@ def prepare_view(
     markers = [orjson.loads(x) for _, x in iter_lines(f, 0, end) if MARKER in x]
     active = effective.plan([*markers, provisional])
     view = HeadState()
-    path = path or prepared_path(files)
     try:
         with open(path, "wb") as out:
             records = (orjson.loads(x) for _, x in iter_lines(f, 0, end))
@@ -423,7 +443,8 @@ def commit_prepared(
     the records appended since (``head``, under the lock) go after the prepared lines, then
     the marker is appended and the prepared file replaces current.jsonl. None, with nothing
     written, when a marker was appended since (or the file is no longer the one it was
-    rendered from): the prepared rendering no longer holds."""
+    rendered from): the prepared rendering no longer holds. Prepared files other condenses
+    left behind long ago go too."""
     base = prepared.base
     if head.messages_bytes < base.messages_bytes:  # cut since: an operator's repair
         return None
@@ -444,6 +465,8 @@ def commit_prepared(
     os.replace(prepared.path, files.current)
     if fsync:
         fsync_dir(files.directory)
+    for path in remove_stale_prepared(files, time.time()):
+        log.info("%s: removed %s, left by an earlier condense", files.directory, path.name)
     new_head = accumulator.head
     new_head.last_seq = record["seq"]
     new_head.messages_bytes = head.messages_bytes + len(dumps_line(record))

@@ -23,12 +23,18 @@ from app.storage.locks import TaskLocks
 log = logging.getLogger(__name__)
 
 
-class _Written(NamedTuple):
-    """What a write of pending heads found (``entries``, ``served``) and moved (``written``)."""
+class _Due(NamedTuple):
+    """What some tasks have pending: their heads, and the tokens of their payloads served."""
 
     entries: list[tuple[ContextKey, PendingHead]]
-    written: list[tuple[ContextKey, PendingHead]]
     served: dict[str, int]
+
+
+class _Written(NamedTuple):
+    """What a write of pending heads found (``due``) and moved (``written``)."""
+
+    due: _Due
+    written: list[tuple[ContextKey, PendingHead]]
 
 
 class WriteBehind:
@@ -101,34 +107,37 @@ class WriteBehind:
         async with AsyncExitStack() as held_locks:
             async with self.db.transaction() as session:
                 held = await held_locks.enter_async_context(self.locks.try_hold_each(tasks))
-                written = await self._write_in(session, held)
+                written = await self._write_in(session, self._due(held))
             self._settle(written)  # the locks still held
 
     async def write(self, task_uuids: set[str]) -> None:
         """Write these tasks' pending heads; hold their locks. The heads stay pending until
         written: a read that flushes meanwhile waits for the lock rather than finding nothing
         to wait for."""
-        if self.pending.of_tasks(task_uuids) or self.pending.served.keys() & task_uuids:
+        due = self._due(task_uuids)
+        if due.entries or due.served:
             async with self.db.transaction() as session:
-                written = await self._write_in(session, task_uuids)
+                written = await self._write_in(session, due)
             self._settle(written)
 
-    async def _write_in(self, session: AsyncSession, task_uuids: set[str]) -> _Written:
-        """Write these tasks' pending heads in the session's transaction (their locks held)."""
-        entries = self.pending.of_tasks(task_uuids)
+    def _due(self, task_uuids: set[str]) -> _Due:
         served = {t: self.pending.served[t] for t in task_uuids if t in self.pending.served}
-        written = await heads.write_pending(session, entries)
-        await heads.write_served(session, served)
-        return _Written(entries, written, served)
+        return _Due(self.pending.of_tasks(task_uuids), served)
+
+    async def _write_in(self, session: AsyncSession, due: _Due) -> _Written:
+        """Write these pending heads in the session's transaction (their tasks' locks held)."""
+        written = await heads.write_pending(session, due.entries)
+        await heads.write_served(session, due.served)
+        return _Written(due, written)
 
     def _settle(self, done: _Written) -> None:
         """After the commit of :meth:`_write_in` (the locks still held): what it wrote is no
         longer pending."""
-        for key, _ in done.entries:
+        for key, _ in done.due.entries:
             self.pending.take(key)
         for key, entry in done.written:
             self._on_written(key, entry.head)
-        for task_uuid, tokens in done.served.items():  # unless a payload served meanwhile
+        for task_uuid, tokens in done.due.served.items():  # unless a payload served meanwhile
             if self.pending.served.get(task_uuid) == tokens:
                 del self.pending.served[task_uuid]
 

@@ -28,20 +28,27 @@ def read_here(handle_path: Path) -> tuple[int, int]:
     return handle_path.stat().st_size, os.getpid()
 
 
+def file_of(tmp_path: Path, size: int) -> Path:
+    path = tmp_path / "messages.jsonl"
+    path.write_bytes(b"x" * size)
+    return path
+
+
+async def size_read(processes: SummaryProcesses | None, path: Path) -> tuple[int, int]:
+    """The file's size, read in a process by its path or here from the "open" file."""
+    return await in_a_process(processes, size_at, path, lambda: read_here(path))
+
+
 async def test_the_work_runs_in_a_process_once_it_is_up(
     processes: SummaryProcesses, tmp_path: Path
 ) -> None:
     """Not before: starting one takes a second or so, which a condense a payload waits for
     cannot spare (the first digest starts it)."""
-    path = tmp_path / "messages.jsonl"
-    path.write_bytes(b"x" * 10)
-    assert await in_a_process(processes, size_at, path, lambda: read_here(path)) == (
-        10,
-        os.getpid(),
-    )
+    path = file_of(tmp_path, 10)
+    assert await size_read(processes, path) == (10, os.getpid())
     assert not multiprocessing.active_children()
     assert await processes.run(len, "up") == 2
-    size, pid = await in_a_process(processes, size_at, path, lambda: read_here(path))
+    size, pid = await size_read(processes, path)
     assert size == 10
     assert pid != os.getpid()
 
@@ -63,23 +70,17 @@ async def test_while_every_process_is_busy_the_work_runs_here(
     processes: SummaryProcesses, tmp_path: Path
 ) -> None:
     """Another condense's digest takes seconds: the work does not queue behind it."""
-    path = tmp_path / "messages.jsonl"
-    path.write_bytes(b"x" * 5)
+    path = file_of(tmp_path, 5)
     await processes.run(len, "up")
     digest = asyncio.create_task(processes.run(time.sleep, 1.0))
     await until(lambda: not processes.available)
-    assert await in_a_process(processes, size_at, path, lambda: read_here(path)) == (
-        5,
-        os.getpid(),
-    )
+    assert await size_read(processes, path) == (5, os.getpid())
     assert not digest.done()
     await digest
 
 
 async def test_without_processes_the_work_runs_in_a_thread(tmp_path: Path) -> None:
-    path = tmp_path / "messages.jsonl"
-    path.write_bytes(b"x" * 3)
-    assert await in_a_process(None, size_at, path, lambda: read_here(path)) == (3, os.getpid())
+    assert await size_read(None, file_of(tmp_path, 3)) == (3, os.getpid())
 
 
 async def test_a_condenses_indexing_and_rendering_load_nothing_heavy(
