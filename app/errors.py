@@ -77,6 +77,7 @@ class ErrorCode(StrEnum):
     THREAD_HAS_ACTIVE_CHILDREN = "thread_has_active_children"
     THREAD_NOT_ACTIVE = "thread_not_active"
     THREAD_NOT_FOUND = "thread_not_found"
+    THREAD_WINDOW_TOO_SMALL = "thread_window_too_small"
     TOO_LARGE = "too_large"
     TOOL_RESULTS_PENDING = "tool_results_pending"
     UNAUTHORIZED = "unauthorized"

@@ -4,6 +4,10 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 ROOT = 0  # the task's own context
+# The smallest window a context may have, a task's or a thread's: below it the parts a payload
+# keeps (the system prompt, the first instruction, the newest tool group, each cut to its bone)
+# may not fit at all.
+MIN_WINDOW = 1024
 
 
 class Ratioed(Protocol):

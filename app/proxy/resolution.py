@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.budgets.windows import MIN_WINDOW
 from app.errors import BadRequest, ErrorCode, InvalidInput
 from app.task_key import TaskKey
 
@@ -154,13 +155,13 @@ def known_window(model: str) -> int | None:
 
 
 def requested_window(headers: Mapping[str, str]) -> int | None:
-    """X-Context-Window, when sent (InvalidInput unless a whole number from 1024)."""
+    """X-Context-Window, when sent (InvalidInput unless a whole number from MIN_WINDOW)."""
     raw = headers.get(WINDOW_HEADER)
     if raw is None:
         return None
-    if not raw.strip().isdigit() or int(raw) < 1024:
+    if not raw.strip().isdigit() or int(raw) < MIN_WINDOW:
         raise InvalidInput(
-            f"X-Context-Window must be a number of tokens, at least 1024, not {raw[:32]!r}",
+            f"X-Context-Window must be a number of tokens, at least {MIN_WINDOW}, not {raw[:32]!r}",
             code=ErrorCode.VALIDATION_ERROR,
             details={"header": "X-Context-Window"},
         )

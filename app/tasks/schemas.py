@@ -6,6 +6,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.budgets.windows import MIN_WINDOW
 from app.config import CompactionTier, check_tiers
 from app.db.base import DBJSON, DBText
 from app.inheritance.schemas import InheritanceRecord
@@ -96,7 +97,7 @@ class TaskCreate(BaseModel):
     user: DBText | None = Field(None, max_length=255)
     llm_provider: DBText = Field("openai", min_length=1, max_length=64)
     model: DBText = Field(min_length=1, max_length=255)
-    context_length: int | None = Field(None, strict=True, ge=1024, le=100_000_000)
+    context_length: int | None = Field(None, strict=True, ge=MIN_WINDOW, le=100_000_000)
     max_output_tokens: int | None = Field(None, strict=True, ge=1)
     system_prompt: str | None = Field(None, description="Becomes message seq 1.")
     tools: list[ToolDefinition] | None = None

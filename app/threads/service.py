@@ -4,13 +4,14 @@ import dataclasses
 import logging
 from datetime import UTC, datetime
 
-from app.budgets.windows import ROOT, descendants_of, may_start_under, window_of
+from app.budgets.windows import MIN_WINDOW, ROOT, descendants_of, may_start_under, window_of
 from app.config import Settings
 from app.context.store import AfterCommit, ContextStore, LockedTask
 from app.db.models import Job, Task, Thread
 from app.errors import (
     Conflict,
     ErrorCode,
+    InvalidInput,
     TaskNotFound,
     TaskNotWritable,
     ThreadNotActive,
@@ -61,6 +62,16 @@ class ThreadService:
                     code=ErrorCode.THREAD_DEPTH_EXCEEDED,
                     details={"depth": parent_depth + 1, "max_depth": max_depth},
                 )
+            ratio = body.window_ratio or self.settings.threads.default_window_ratio
+            parent_window = window_of(body.parent_thread_id, threads, parent.task.context_length)
+            if int(parent_window * ratio) < MIN_WINDOW:
+                raise InvalidInput(
+                    f"a thread of {ratio} of context {body.parent_thread_id}'s window "
+                    f"({parent_window} tokens) would have {int(parent_window * ratio)}; a "
+                    f"context needs at least {MIN_WINDOW}",
+                    code=ErrorCode.THREAD_WINDOW_TOO_SMALL,
+                    details={"window": int(parent_window * ratio), "min_window": MIN_WINDOW},
+                )
             head = await self.store.recovered_head(parent)
             if head.open_tool_calls:  # the anchor may not come between calls and results
                 raise Conflict(
@@ -74,7 +85,7 @@ class ThreadService:
                 thread_id=max(threads, default=ROOT) + 1,
                 parent_thread_id=body.parent_thread_id,
                 depth=parent_depth + 1,
-                window_ratio=body.window_ratio or self.settings.threads.default_window_ratio,
+                window_ratio=ratio,
                 status="active",
                 label=body.label,
                 chronicle_prompt=body.chronicle_prompt,

@@ -1,5 +1,6 @@
 """Plays a conversation against the real app (real files, SQLite, its lifespan; over
-httpx's ASGI transport) and checks the invariants after every step.
+httpx's ASGI transport) and checks the invariants after every step, in every context of the
+task (its root and each thread the conversation started).
 
 A failure is a :class:`FuzzFailure`: the conversation's seed, the step it broke at, the steps
 and the requests made so far, and what broke. Replaying the seed replays the same requests.
@@ -20,7 +21,9 @@ from typing import Any
 
 import httpx
 
+from app.budgets.windows import MIN_WINDOW
 from app.config import Settings
+from app.storage.layout import context_dir as context_directory
 from tests.fuzz.invariants import (
     Broken,
     Ledger,
@@ -160,6 +163,30 @@ async def play(conversation: Conversation, context_dir: Path) -> Outcome:
     return player.outcome
 
 
+@dataclass
+class _Context:
+    """What the conversation knows of one context of its task: the root (thread 0) or a
+    thread."""
+
+    thread_id: int
+    directory: Path
+    window: int
+    parent: int | None = None
+    depth: int = 0
+    active: bool = True
+    ledger: Ledger = field(default_factory=Ledger)
+    current_messages: int = 0
+    marker_seqs: list[int] = field(default_factory=list)
+    markers: Counter[str] = field(default_factory=Counter)  # the history's markers by kind
+    keyed: dict[str, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    last_key: str | None = None
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The query that addresses this context."""
+        return {"thread_id": str(self.thread_id)} if self.thread_id else {}
+
+
 class _Player:
     def __init__(self, conversation: Conversation, context_dir: Path) -> None:
         self.conversation = conversation
@@ -169,15 +196,21 @@ class _Player:
         self.client: httpx.AsyncClient | None = None
         self.uuid = ""
         self.directory = context_dir
-        self.ledger = Ledger()
+        self.contexts: dict[int, _Context] = {}
+        self.here = 0  # the context the steps play in
         self.budget = 0
-        self.current_messages = 0
-        self.marker_seqs: list[int] = []
-        self.markers: Counter[str] = Counter()  # the history's markers by kind
-        self.keyed: dict[str, tuple[Any, dict[str, Any]]] = {}
-        self.last_key: str | None = None
+        self.max_depth = 0
         self.trace: list[str] = []
         self.outcome = Outcome()
+
+    @property
+    def context(self) -> _Context:
+        return self.contexts[self.here]
+
+    @property
+    def markers(self) -> Counter[str]:
+        """The markers of every context's history, by kind."""
+        return sum((c.markers for c in self.contexts.values()), Counter())
 
     @property
     def database(self) -> Path:
@@ -198,7 +231,10 @@ class _Player:
             require(response.status_code == 201, f"task not created: {response.text[:500]}")
             self.uuid = response.json()["uuid"]
             self.directory = task_dir(self.context_dir, self.uuid)
-            self.ledger.acknowledge([1], [{"role": "system", "content": "You are a coding agent."}])
+            root = _Context(0, self.directory, self.conversation.task["context_length"])
+            root.ledger.acknowledge([1], [{"role": "system", "content": "You are a coding agent."}])
+            self.contexts[0] = root
+            self.max_depth = min(3, self.settings.threads.max_depth)  # 3: a body's default
             await self.check_store()
 
     async def stop(self) -> None:
@@ -233,8 +269,9 @@ class _Player:
         size = f" ({len(content)} bytes)" if content is not None else ""
         query = f"?{'&'.join(f'{k}={v}' for k, v in params.items())}" if params else ""
         self.trace.append(f"{method} {path}{query}{size} -> {response.status_code} {code}".rstrip())
+        where = " (a thread)" if params and "thread_id" in params else ""
         self.outcome.statuses[
-            f"{method} {_route(path)} {response.status_code} {code}".rstrip()
+            f"{method} {_route(path)}{where} {response.status_code} {code}".rstrip()
         ] += 1
         require(
             response.status_code < 500,
@@ -242,8 +279,10 @@ class _Player:
         )
         return response
 
-    def state(self) -> tuple[dict[str, bytes], dict[str, Any]]:
-        return files_of(self.directory), head_row(self.database, self.uuid)
+    def state(self) -> tuple[dict[str, bytes], dict[int, dict[str, Any]]]:
+        """The task's files and the heads of its contexts."""
+        heads = {t: head_row(self.database, self.uuid, t) for t in self.contexts}
+        return files_of(self.directory), heads
 
     async def write(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """A request that may write: if refused (4xx), it must have written nothing."""
@@ -261,7 +300,11 @@ class _Player:
         answered first, as an agent would, and the post retried."""
         headers = {"Idempotency-Key": key} if key else None
         path = f"/tasks/{self.uuid}/messages"
-        response = await self.write("POST", path, body=body, headers=headers)
+        context = self.context
+        params = context.params
+        if not context.active:  # a thread ended: refused, or its body refused first
+            allowed = (409, 413, 422)
+        response = await self.write("POST", path, body=body, headers=headers, params=params)
         if response.status_code == 409 and _code(response) == "tool_results_pending":
             open_calls = response.json()["error"]["details"]["open"]
             answers = [
@@ -269,7 +312,7 @@ class _Player:
                 for call_id in open_calls
             ]
             await self.append({"messages": answers})
-            response = await self.write("POST", path, body=body, headers=headers)
+            response = await self.write("POST", path, body=body, headers=headers, params=params)
         require(
             response.status_code in allowed,
             f"append answered {response.status_code}, expected {allowed}: {response.text[:800]}",
@@ -278,10 +321,10 @@ class _Player:
             messages = body.get("messages", [body])
             replayed = response.headers.get("idempotent-replayed") == "true"
             require(not replayed, "a first post was answered as a replay")
-            self.ledger.acknowledge(response.json()["seqs"], messages)
+            context.ledger.acknowledge(response.json()["seqs"], messages)
             if key:
-                self.keyed[key] = (body, response.json())
-                self.last_key = key
+                context.keyed[key] = (body, response.json())
+                context.last_key = key
         return response
 
     async def settle(self) -> None:
@@ -303,22 +346,36 @@ class _Player:
 
     async def check_store(self) -> None:
         await self.settle()
-        records = check_history(self.directory, self.ledger)
-        head = check_rebuild(self.directory, records, self.database, self.uuid)
         response = await self.http.get(f"/tasks/{self.uuid}")
         require(response.status_code == 200, f"GET /tasks/{{uuid}}: {response.status_code}")
         task = response.json()
-        context = task["context"]
+        compactions = 0
+        for context in self.contexts.values():
+            where = f"context {context.thread_id}: "
+            try:
+                records = check_history(context.directory, context.ledger)
+                head = check_rebuild(
+                    context.directory, records, self.database, self.uuid, context.thread_id
+                )
+                compactions += check_markers(context.directory, records)
+            except Broken as exc:
+                raise Broken(where + str(exc)) from exc
+            context.current_messages = head.current_messages
+            markers = [r for r in records if "marker" in r]
+            context.marker_seqs = [r["seq"] for r in markers]
+            context.markers = Counter(f"marker {r['marker']}" for r in markers)
+            if context.thread_id == 0:
+                root = task["context"]
+                require(
+                    (root["messages"], root["last_seq"]) == (head.current_messages, head.last_seq),
+                    f"GET /tasks says {root}, the files {head}",
+                )
+                self.budget = root["budget"]
+        counted = task["statistics"]["compression_count"]
         require(
-            (context["messages"], context["last_seq"]) == (head.current_messages, head.last_seq),
-            f"GET /tasks says {context}, the files {head}",
+            counted == compactions,
+            f"{compactions} compaction markers in the contexts, compression_count {counted}",
         )
-        check_markers(self.directory, records, task["statistics"]["compression_count"])
-        self.budget = context["budget"]
-        self.current_messages = head.current_messages
-        markers = [r for r in records if "marker" in r]
-        self.marker_seqs = [r["seq"] for r in markers]
-        self.markers = Counter(f"marker {r['marker']}" for r in markers)
 
     # -- steps
 
@@ -348,6 +405,7 @@ class _Player:
     async def step_bad(self, step: dict[str, Any]) -> None:
         kind = step["kind"]
         messages = f"/tasks/{self.uuid}/messages"
+        params = self.context.params
         call = {"id": "call_bad", "type": "function", "function": {"name": "bash", "arguments": ""}}
         bodies: dict[str, Any] = {
             "unknown_call": {"role": "tool", "tool_call_id": "call_nobody", "content": "x"},
@@ -364,17 +422,20 @@ class _Player:
             "tool_calls_on_user": {"role": "user", "content": "x", "tool_calls": [call]},
         }
         if kind in bodies:
-            response = await self.write("POST", messages, body=bodies[kind])
+            response = await self.write("POST", messages, body=bodies[kind], params=params)
         elif kind == "not_json":
-            response = await self.write("POST", messages, raw=b'{"role": "user", "content": ')
+            raw = b'{"role": "user", "content": '
+            response = await self.write("POST", messages, raw=raw, params=params)
         elif kind == "rewind_bad_seq":
             # Out of range, a string, a non-boolean flag: the filler's length picks which.
             bodies_bad = ({"to_seq": 0}, {"to_seq": "3"}, {"to_seq": 1, "include_target": "yes"})
             body = bodies_bad[len(step["filler"]["content"]) % len(bodies_bad)]
-            response = await self.write("POST", f"/tasks/{self.uuid}/rewind", body=body)
+            path = f"/tasks/{self.uuid}/rewind"
+            response = await self.write("POST", path, body=body, params=params)
         elif kind == "compress_bad_strategy":
             body = {"strategy": "shred"}
-            response = await self.write("POST", f"/tasks/{self.uuid}/compress", body=body)
+            path = f"/tasks/{self.uuid}/compress"
+            response = await self.write("POST", path, body=body, params=params)
         else:  # unknown_task
             path = f"/tasks/{uuids.uuid4()}/messages"
             response = await self.write("POST", path, body=step["filler"])
@@ -384,29 +445,35 @@ class _Player:
         )
 
     async def step_retry(self, step: dict[str, Any]) -> None:
-        key = self.last_key
-        if key is None:
+        context = self.context
+        key = context.last_key
+        if key is None or not context.active:
             return
-        body, first = self.keyed[key]
+        body, first = context.keyed[key]
         path = f"/tasks/{self.uuid}/messages"
         headers = {"Idempotency-Key": key}
+        params = context.params
         await self.settle()
         before = self.state()
         if step["same_body"]:
-            response = await self.send("POST", path, body=body, headers=headers)
+            response = await self.send("POST", path, body=body, headers=headers, params=params)
             require(response.status_code == 201, f"a replay answered {response.status_code}")
             require(response.json()["seqs"] == first["seqs"], "a replay gave other seqs")
             require(response.headers.get("idempotent-replayed") == "true", "a replay not marked so")
             check_unchanged(before, self.state(), "a replay")
         else:
             other = {"role": "user", "content": f"another body for {key}"}
-            response = await self.send("POST", path, body=other, headers=headers)
+            response = await self.send("POST", path, body=other, headers=headers, params=params)
             require(response.status_code == 422, f"a reused key answered {response.status_code}")
             check_unchanged(before, self.state(), "a reused key")
 
     async def step_compress(self, step: dict[str, Any]) -> None:
         path = f"/tasks/{self.uuid}/compress"
-        response = await self.write("POST", path, body={"strategy": step["strategy"]})
+        body = {"strategy": step["strategy"]}
+        response = await self.write("POST", path, body=body, params=self.context.params)
+        if not self.context.active:
+            require(response.status_code == 409, f"compress of a thread ended: {response.text}")
+            return
         require(response.status_code == 200, f"compress: {response.status_code} {response.text}")
         result = response.json()
         if result["kind"] != "skipped":
@@ -418,41 +485,54 @@ class _Player:
     async def step_request(self, step: dict[str, Any]) -> None:
         name = step["format"]
         path = f"/tasks/{self.uuid}/request"
-        response = await self.send("GET", path, params={"format": name})
+        params = {"format": name, **self.context.params}
+        response = await self.send("GET", path, params=params)
         if response.status_code == 409 and _code(response) == "context_empty":
             await self.check_store()
-            require(self.current_messages == 0, "context_empty for a context with messages")
+            require(self.context.current_messages == 0, "context_empty for a context with messages")
             return
         require(response.status_code == 200, f"request: {response.status_code} {response.text}")
         check_payload(name, response.json(), response.headers, self.budget)
+        if self.here:  # the thread's own messages within its share of the budget
+            thread = int(response.headers["x-thread-tokens"])
+            share = int(response.headers["x-thread-budget"])
+            require(thread <= share, f"{name}: the thread's {thread} tokens over its {share}")
 
     async def step_context(self, step: dict[str, Any]) -> None:
         path = f"/tasks/{self.uuid}/context"
-        response = await self.send("GET", path, params={"format": step["format"]})
+        params = {"format": step["format"], **self.context.params}
+        response = await self.send("GET", path, params=params)
         require(response.status_code == 200, f"context: {response.status_code} {response.text}")
         view = response.json()
+        files = self.context.current_messages
         require(
-            view["message_count"] == len(view["messages"]) == self.current_messages,
-            f"context view of {view['message_count']} messages, files {self.current_messages}",
+            view["message_count"] == len(view["messages"]) == files,
+            f"context view of {view['message_count']} messages, files {files}",
         )
 
     async def step_rewind(self, step: dict[str, Any]) -> None:
         pick, target = step["pick"], step["target"]
+        context = self.context
+        if not context.active:
+            return
         if target == "message":
-            targets = self.ledger.message_seqs[1:]  # the system prompt: see "first"
+            targets = context.ledger.message_seqs[1:]  # the system prompt: see "first"
             if not targets:
                 return
             to_seq, expected = targets[pick % len(targets)], 200
         elif target == "first":
-            to_seq, expected = 1, 200
-        elif target == "marker":
-            if not self.marker_seqs:
+            if not context.ledger.message_seqs:  # a thread's context before its first append
                 return
-            to_seq, expected = self.marker_seqs[pick % len(self.marker_seqs)], 422
+            to_seq, expected = context.ledger.message_seqs[0], 200
+        elif target == "marker":
+            if not context.marker_seqs:
+                return
+            to_seq, expected = context.marker_seqs[pick % len(context.marker_seqs)], 422
         else:
-            to_seq, expected = self.ledger.issued + 1 + pick % 5, 422
+            to_seq, expected = context.ledger.issued + 1 + pick % 5, 422
         body = {"to_seq": to_seq, "include_target": step["include_target"]}
-        response = await self.write("POST", f"/tasks/{self.uuid}/rewind", body=body)
+        path = f"/tasks/{self.uuid}/rewind"
+        response = await self.write("POST", path, body=body, params=context.params)
         require(
             response.status_code == expected,
             f"rewind to {to_seq}: {response.status_code}, expected {expected}: {response.text}",
@@ -461,6 +541,69 @@ class _Player:
     async def step_restart(self, step: dict[str, Any]) -> None:
         await self.stop()
         await self.start()
+
+    async def step_thread(self, step: dict[str, Any]) -> None:
+        """A thread under the context the conversation is in, which it goes into; under a
+        thread no longer active, past the deepest a thread may be, with a window under a
+        context's least, or while the parent waits for tool results, refused."""
+        parent = self.context
+        body: dict[str, Any] = {"parent_thread_id": parent.thread_id}
+        if step["window_ratio"] is not None:
+            body["window_ratio"] = step["window_ratio"]
+        ratio = step["window_ratio"] or self.settings.threads.default_window_ratio
+        window = int(parent.window * ratio)
+        response = await self.write("POST", f"/tasks/{self.uuid}/threads", body=body)
+        if not parent.active or parent.depth >= self.max_depth:
+            expected: tuple[int, ...] = (409,)
+        elif window < MIN_WINDOW:
+            expected = (422,)
+        else:
+            expected = (201, 409)  # 409: the parent waits for tool results
+        require(
+            response.status_code in expected,
+            f"thread of {window} tokens under {parent.thread_id} (depth {parent.depth}): "
+            f"{response.status_code}, expected {expected}: {response.text[:800]}",
+        )
+        if response.status_code != 201:
+            return
+        thread_id = response.json()["thread_id"]
+        require(thread_id not in self.contexts, f"thread id {thread_id} given twice")
+        directory = context_directory(self.directory, thread_id)
+        self.contexts[thread_id] = _Context(
+            thread_id, directory, window, parent=parent.thread_id, depth=parent.depth + 1
+        )
+        self.here = thread_id
+
+    async def step_end_thread(self, step: dict[str, Any]) -> None:
+        """End (or abort) the thread the conversation is in and go back to its parent. With
+        threads still active under it, or tool calls of its own still open, refused."""
+        context = self.context
+        if context.parent is None:
+            return
+        verb = "abort" if step["abort"] else "end"
+        path = f"/tasks/{self.uuid}/threads/{context.thread_id}/{verb}"
+        response = await self.write("POST", path, body={})
+        children = [c for c in self.contexts.values() if c.parent == context.thread_id]
+        if not context.active:
+            expected: tuple[int, ...] = (409,)
+        elif any(c.active for c in children):
+            expected = (409,)
+        else:
+            expected = (200, 409)  # 409: calls the thread left open
+        require(
+            response.status_code in expected,
+            f"{verb} thread {context.thread_id}: {response.status_code}, expected {expected}: "
+            f"{response.text[:800]}",
+        )
+        if response.status_code == 200:
+            context.active = False
+            self.here = context.parent
+
+    async def step_switch(self, step: dict[str, Any]) -> None:
+        """To another context, active or not (what a context no longer active takes is
+        refused, writing nothing)."""
+        ids = sorted(self.contexts)
+        self.here = ids[step["pick"] % len(ids)]
 
 
 def _raised(exc: Exception) -> str:

@@ -112,6 +112,9 @@ def check_history(directory: Path, ledger: Ledger) -> list[dict[str, Any]]:
         written.startswith(ledger.messages_bytes),
         f"messages.jsonl was rewritten: its first {len(ledger.messages_bytes)} bytes changed",
     )
+    if not written:  # a thread's context before its first message
+        require(not ledger.issued, f"messages.jsonl is empty, seq {ledger.issued} was issued")
+        return records
     require(written.endswith(b"\n"), "messages.jsonl does not end with a newline")
     seqs = [r["seq"] for r in records]
     require(
@@ -133,7 +136,7 @@ def check_history(directory: Path, ledger: Ledger) -> list[dict[str, Any]]:
 
 
 def check_rebuild(
-    directory: Path, records: list[dict[str, Any]], database: Path, task_uuid: str
+    directory: Path, records: list[dict[str, Any]], database: Path, task_uuid: str, thread_id: int
 ) -> HeadState:
     """current.jsonl = a rebuild from messages.jsonl = the reference model; the head agrees."""
     with tempfile.TemporaryDirectory(prefix="fuzz-rebuild-") as scratch:
@@ -148,23 +151,23 @@ def check_rebuild(
         [json.loads(line) for line in current.splitlines()] == expected,
         "current.jsonl differs from the reference model of the effective context",
     )
-    row = head_row(database, task_uuid)
+    row = head_row(database, task_uuid, thread_id)
     rebuilt_head = asdict(render.head)
     require(row == rebuilt_head, f"the database head {row} is not the files' {rebuilt_head}")
     return render.head
 
 
-def head_row(database: Path, task_uuid: str) -> dict[str, Any]:
-    """The root context's context_heads row, read with the database's own client."""
+def head_row(database: Path, task_uuid: str, thread_id: int) -> dict[str, Any]:
+    """A context's context_heads row, read with the database's own client."""
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
         connection.row_factory = sqlite3.Row
         row = connection.execute(
             "SELECT last_seq, messages_bytes, current_bytes, current_messages, context_tokens, "
             "open_tool_calls, format_tokens FROM context_heads "
-            "WHERE task_uuid = ? AND thread_id = 0",
-            (task_uuid,),
+            "WHERE task_uuid = ? AND thread_id = ?",
+            (task_uuid, thread_id),
         ).fetchone()
-    require(row is not None, "the task has no context_heads row")
+    require(row is not None, f"context {thread_id} of the task has no context_heads row")
     head = dict(row)
     head["open_tool_calls"] = json.loads(head["open_tool_calls"])
     head["format_tokens"] = json.loads(head["format_tokens"])
@@ -187,16 +190,14 @@ def check_jobs(jobs: list[dict[str, Any]]) -> None:
     require(not failed, f"background job failed: {_short(failed)}")
 
 
-def check_markers(directory: Path, records: list[dict[str, Any]], compression_count: int) -> None:
-    """Every compaction marker has its summaries.jsonl record, and is counted once."""
+def check_markers(directory: Path, records: list[dict[str, Any]]) -> int:
+    """Every compaction marker of a context has its summaries.jsonl record; how many there
+    are (the task's compression_count counts those of all its contexts)."""
     markers = [r for r in records if r.get("marker") in {*COMPACTION_KINDS, MASK}]
     path = directory / SUMMARIES
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     by_id = {s["id"]: s for s in map(json.loads, lines)}
-    require(
-        len(by_id) == len(markers) == compression_count,
-        f"{len(markers)} markers, {len(by_id)} summaries, compression_count {compression_count}",
-    )
+    require(len(by_id) == len(markers), f"{len(markers)} markers, {len(by_id)} summaries")
     for marker in markers:
         summary = by_id.get(marker.get("summary_id"))
         require(summary is not None, f"marker {marker['seq']} has no summaries.jsonl record")
@@ -214,6 +215,7 @@ def check_markers(directory: Path, records: list[dict[str, Any]], compression_co
             and covers,
             f"marker {marker['seq']} and its summary disagree: {_short(summary)}",
         )
+    return len(markers)
 
 
 def check_payload(
@@ -238,13 +240,17 @@ _COUNTING = TokenCounting("auto")
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
-    """The task's files (locks aside), for 'a refusal wrote nothing'."""
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.suffix != ".lock"}
+    """The task's files, its threads' included (locks aside), for 'a refusal wrote nothing'."""
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.suffix != ".lock"
+    }
 
 
 def check_unchanged(
-    before: tuple[dict[str, bytes], dict[str, Any]],
-    after: tuple[dict[str, bytes], dict[str, Any]],
+    before: tuple[dict[str, bytes], dict[int, dict[str, Any]]],
+    after: tuple[dict[str, bytes], dict[int, dict[str, Any]]],
     what: str,
 ) -> None:
     files_before, head_before = before

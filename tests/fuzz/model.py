@@ -17,7 +17,11 @@ Step kinds (``op``):
 - ``bad``: a request the service must refuse (malformed, unpaired, too large, unknown task...);
 - ``retry``: the last keyed append again (same body: replayed; another body: refused);
 - ``compress`` (condense or truncate), ``request`` and ``context`` in every format (small windows
-  make the request compact: condense, truncation, elision), ``rewind``, ``restart``.
+  make the request compact: condense, truncation, elision), ``rewind``, ``restart``;
+- ``thread``: a thread started under the context the conversation is in, which it then goes
+  into (nested up to a depth the service refuses past); ``end_thread``: the thread it is in
+  ended or aborted, back to its parent; ``switch``: to another context still open. Every step
+  above plays in the context the conversation is in.
 """
 
 import json
@@ -132,6 +136,9 @@ class _Generator:
             ("context", 3),
             ("rewind", 5),
             ("restart", 3),
+            ("thread", 8),
+            ("end_thread", 6),
+            ("switch", 4),
         )
         names = [name for name, _ in kinds]
         weights = [weight for _, weight in kinds]
@@ -346,3 +353,12 @@ class _Generator:
 
     def restart(self) -> dict[str, Any]:
         return {"op": "restart"}
+
+    def thread(self) -> dict[str, Any]:
+        return {"op": "thread", "window_ratio": self.random.choice((None, 0.3, 0.5, 0.8))}
+
+    def end_thread(self) -> dict[str, Any]:
+        return {"op": "end_thread", "abort": self.random.random() < 0.3}
+
+    def switch(self) -> dict[str, Any]:
+        return {"op": "switch", "pick": self.random.randrange(1 << 30)}

@@ -14,6 +14,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,15 +121,23 @@ def run_many(run: Run, progress: Callable[[int, int, float], None] | None = None
     deadline = time.time() + run.minutes * 60 if run.minutes else None
     jobs = [(run.seed + i, run.options, deadline) for i in range(run.conversations)]
     results: list[Result] = []
-    context = multiprocessing.get_context("spawn")
     interrupted = False
-    with context.Pool(run.workers, initializer=_worker_init, initargs=(True,)) as pool:
+    # Not multiprocessing.Pool: its workers are daemons, and a daemon may not start the
+    # service's own processes (the condense's digest runs in one).
+    with ProcessPoolExecutor(
+        run.workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_init,
+        initargs=(True,),
+    ) as pool:
+        futures = [pool.submit(_run_job, job) for job in jobs]
         try:
-            for result in pool.imap_unordered(_run_job, jobs, chunksize=4):
-                results.append(result)
+            for future in as_completed(futures):
+                results.append(future.result())
                 if progress is not None:
                     failed = sum(1 for r in results if r.failure)
                     progress(len(results), failed, time.monotonic() - began)
         except KeyboardInterrupt:  # Ctrl-C: report what was played so far
             interrupted = True
+            pool.shutdown(cancel_futures=True)
     return Report(results, time.monotonic() - began, interrupted)

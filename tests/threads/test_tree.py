@@ -72,6 +72,26 @@ async def test_ratios_multiply_down_the_chain(client: httpx.AsyncClient) -> None
     assert (half["window"], under["window"]) == (64_000, 19_200)
 
 
+async def test_a_thread_with_a_window_under_a_contexts_least_is_refused(
+    client: httpx.AsyncClient, context_dir: Path
+) -> None:
+    """Its payload could not hold even the parts every payload keeps: refused when asked for,
+    not a 413 at every request after."""
+    uuid = (await create_task(client, context_length=4096, max_output_tokens=256))["uuid"]
+    half = await start(client, uuid, window_ratio=0.5)
+    before = snapshot_dir(context_dir)
+    tree_before = (await client.get(f"/tasks/{uuid}/threads")).json()
+    for parent, ratio in ((0, 0.2), (half["thread_id"], 0.4)):
+        body = {"parent_thread_id": parent, "window_ratio": ratio}
+        response = await client.post(f"/tasks/{uuid}/threads", json=body)
+        details = assert_error(response, 422, "thread_window_too_small")
+        assert details == {"window": int(4096 * (0.5 if parent else 1) * ratio), "min_window": 1024}
+    assert snapshot_dir(context_dir) == before
+    assert (await client.get(f"/tasks/{uuid}/threads")).json() == tree_before
+    smallest = await start(client, uuid, parent_thread_id=half["thread_id"], window_ratio=0.5)
+    assert smallest["window"] == 1024
+
+
 @pytest.mark.parametrize(("global_cap", "asked"), [(2, 3), (3, 2)])
 async def test_the_smaller_of_the_global_and_the_asked_depth_limit_holds(
     context_dir: Path, global_cap: int, asked: int
