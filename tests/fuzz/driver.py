@@ -317,6 +317,8 @@ class _Player:
             response.status_code in allowed,
             f"append answered {response.status_code}, expected {allowed}: {response.text[:800]}",
         )
+        if not context.active and response.status_code == 409:
+            require(_code(response) == "thread_not_active", f"append: {response.text[:800]}")
         if response.status_code == 201:
             messages = body.get("messages", [body])
             replayed = response.headers.get("idempotent-replayed") == "true"
@@ -472,7 +474,8 @@ class _Player:
         body = {"strategy": step["strategy"]}
         response = await self.write("POST", path, body=body, params=self.context.params)
         if not self.context.active:
-            require(response.status_code == 409, f"compress of a thread ended: {response.text}")
+            answered = (response.status_code, _code(response))
+            require(answered == (409, "thread_not_active"), f"compress: {response.text[:800]}")
             return
         require(response.status_code == 200, f"compress: {response.status_code} {response.text}")
         result = response.json()
@@ -553,16 +556,19 @@ class _Player:
         ratio = step["window_ratio"] or self.settings.threads.default_window_ratio
         window = int(parent.window * ratio)
         response = await self.write("POST", f"/tasks/{self.uuid}/threads", body=body)
-        if not parent.active or parent.depth >= self.max_depth:
-            expected: tuple[int, ...] = (409,)
+        if not parent.active:
+            expected = {(409, "thread_not_active")}
+        elif parent.depth >= self.max_depth:
+            expected = {(409, "thread_depth_exceeded")}
         elif window < MIN_WINDOW:
-            expected = (422,)
+            expected = {(422, "thread_window_too_small")}
         else:
-            expected = (201, 409)  # 409: the parent waits for tool results
+            expected = {(201, ""), (409, "tool_results_pending")}
+        answered = (response.status_code, _code(response) if response.status_code >= 400 else "")
         require(
-            response.status_code in expected,
+            answered in expected,
             f"thread of {window} tokens under {parent.thread_id} (depth {parent.depth}): "
-            f"{response.status_code}, expected {expected}: {response.text[:800]}",
+            f"{answered}, expected {expected}: {response.text[:800]}",
         )
         if response.status_code != 201:
             return
@@ -575,8 +581,8 @@ class _Player:
         self.here = thread_id
 
     async def step_end_thread(self, step: dict[str, Any]) -> None:
-        """End (or abort) the thread the conversation is in and go back to its parent. With
-        threads still active under it, or tool calls of its own still open, refused."""
+        """End (or abort) the thread the conversation is in and go back to its parent. Ended
+        already, or with threads still active under it, refused."""
         context = self.context
         if context.parent is None:
             return
@@ -585,14 +591,15 @@ class _Player:
         response = await self.write("POST", path, body={})
         children = [c for c in self.contexts.values() if c.parent == context.thread_id]
         if not context.active:
-            expected: tuple[int, ...] = (409,)
+            expected = (409, "thread_not_active")
         elif any(c.active for c in children):
-            expected = (409,)
+            expected = (409, "thread_has_active_children")
         else:
-            expected = (200, 409)  # 409: calls the thread left open
+            expected = (200, "")
+        answered = (response.status_code, _code(response) if response.status_code >= 400 else "")
         require(
-            response.status_code in expected,
-            f"{verb} thread {context.thread_id}: {response.status_code}, expected {expected}: "
+            answered == expected,
+            f"{verb} thread {context.thread_id}: {answered}, expected {expected}: "
             f"{response.text[:800]}",
         )
         if response.status_code == 200:

@@ -54,6 +54,10 @@ FOUND = {
     # for a gain of 16: 413. Once nothing else can change the context, any message and any
     # gain will do for an elision.
     1173755134: "small gains refused when nothing else was left",
+    # A thread of 0.3 of a 1k window (307 tokens, 128 of them reserved for the answer): its
+    # first instruction and newest tool group, each cut to its bone, still came to 339 tokens
+    # over a 237 budget: 413 at every payload. Such a thread is now refused when started.
+    777069: "a thread too small for any payload",
 }
 
 
