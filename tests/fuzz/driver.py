@@ -494,6 +494,11 @@ class _Player:
             await self.check_store()
             require(self.context.current_messages == 0, "context_empty for a context with messages")
             return
+        if response.status_code == 413 and not self.context.active:
+            # An ended thread takes no writes, so no compaction: over its budget, it has no
+            # payload to give (still, nothing else may go wrong).
+            require(_code(response) == "context_over_budget", f"request: {response.text[:800]}")
+            return
         require(response.status_code == 200, f"request: {response.status_code} {response.text}")
         check_payload(name, response.json(), response.headers, self.budget)
         if self.here:  # the thread's own messages within its share of the budget
