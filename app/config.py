@@ -205,6 +205,8 @@ class StorageSettings(_Group):
 class CompactionSettings(_Group):
     """Windows, thresholds and the compaction tiers."""
 
+    # The least is budgets' MIN_WINDOW (a test holds them equal); importing it here would make
+    # the settings, which every package reads, depend on one of those packages.
     default_context_length: int = Field(128_000, ge=1024)
     context_buffer: float = Field(0.1, ge=0, lt=1, description="Share of the window kept free.")
     condense_threshold: float = Field(0.7, gt=0, le=1)

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
+from app.budgets.windows import MIN_WINDOW
 from app.config import GROUPS, LEGACY_ENV, Settings
 
 AGENT_KEY = "agent-key-0123456789"
@@ -189,6 +190,13 @@ def test_a_bad_variable_is_named_beside_arguments_of_its_group(
     with pytest.raises(ValidationError) as refused:
         Settings(llm={"timeout_s": 9})
     assert refused.value.errors()[0]["loc"] == ("LLM_MAX_RETRIES",)
+
+
+def test_the_default_window_may_be_as_small_as_any_context_and_no_smaller() -> None:
+    assert Settings(compaction={"default_context_length": MIN_WINDOW})
+    with pytest.raises(ValidationError) as refused:
+        Settings(compaction={"default_context_length": MIN_WINDOW - 1})
+    assert refused.value.errors()[0]["loc"] == ("compaction", "default_context_length")
 
 
 @pytest.mark.parametrize("values", [{"llm_timeout_s": 1}, {"llm": {"timout_s": 1}}])

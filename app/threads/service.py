@@ -64,13 +64,14 @@ class ThreadService:
                 )
             ratio = body.window_ratio or self.settings.threads.default_window_ratio
             parent_window = window_of(body.parent_thread_id, threads, parent.task.context_length)
-            if int(parent_window * ratio) < MIN_WINDOW:
+            window = int(parent_window * ratio)  # truncated, as window_of computes it
+            if window < MIN_WINDOW:
                 raise InvalidInput(
                     f"a thread of {ratio} of context {body.parent_thread_id}'s window "
-                    f"({parent_window} tokens) would have {int(parent_window * ratio)}; a "
-                    f"context needs at least {MIN_WINDOW}",
+                    f"({parent_window} tokens) would have {window}; a context needs at least "
+                    f"{MIN_WINDOW}",
                     code=ErrorCode.THREAD_WINDOW_TOO_SMALL,
-                    details={"window": int(parent_window * ratio), "min_window": MIN_WINDOW},
+                    details={"window": window, "min_window": MIN_WINDOW},
                 )
             head = await self.store.recovered_head(parent)
             if head.open_tool_calls:  # the anchor may not come between calls and results
