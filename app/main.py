@@ -8,7 +8,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
-from app.api.errors import install_error_handlers
+from app.api.errors import install_error_handlers, install_error_schema
 from app.api.limits import BodyLimitMiddleware, NulQueryMiddleware
 from app.auth.dependencies import BEARER
 from app.auth.middleware import AuthMiddleware
@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = make_app(title="Context service", summary=SUMMARY, version=VERSION, lifespan=lifespan)
     app.state.settings = settings
     install_error_handlers(app)
+    install_error_schema(app)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.limits.max_body_bytes,

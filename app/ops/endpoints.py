@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import URL, text
 
 from app.api.deps import service
-from app.api.errors import ERROR_RESPONSES
+from app.api.errors import ERROR_RESPONSES, ERROR_SCHEMA
 from app.api.routing import OrjsonRoute
 from app.auth.dependencies import BEARER, require_unscoped
 from app.config import Settings
@@ -23,8 +23,6 @@ from app.lifecycle import TaskStatus
 from app.observability.metrics import CONTENT_TYPE, JobCounts, Metrics, TaskCounts
 from app.ops.schemas import ServiceIndex
 from app.tasks.repository import count_by_status
-
-ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorResponse"}
 
 DbDep = Annotated[Database, service("db")]
 MetricsDep = Annotated[Metrics, service("metrics")]
