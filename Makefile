@@ -28,8 +28,9 @@ install: $(STAMP) ## create .venv with the service and its dev tools
 run: $(STAMP) ## run the service on 127.0.0.1:8080, or PORT (SQLite and files in ./contexts)
 	$(BIN)/context-service serve $(if $(PORT),--port $(PORT))
 
+# SIDE_BY_SIDE: the tests marked database_agnostic are shared between the two (tests/conftest.py).
 test: $(STAMP) ## the whole test suite on SQLite and on PostgreSQL, side by side
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
+	@SIDE_BY_SIDE=1 $(MAKE) --no-print-directory -j2 --output-sync=target test-sqlite test-postgres
 
 test-sqlite: $(STAMP) ## the whole test suite on SQLite
 	$(PYTEST)

@@ -11,6 +11,8 @@ from pydantic_settings import SettingsError
 from app.budgets.windows import MIN_WINDOW
 from app.config import GROUPS, LEGACY_ENV, Settings
 
+pytestmark = pytest.mark.database_agnostic  # touches no database
+
 AGENT_KEY = "agent-key-0123456789"
 
 # One field per group, set through the environment: (flat name, raw value, what it reads as).

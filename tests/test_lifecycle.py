@@ -5,6 +5,8 @@ import pytest
 from app.errors import Conflict
 from app.lifecycle import TRANSITIONS, next_status
 
+pytestmark = pytest.mark.database_agnostic  # touches no database
+
 
 @pytest.mark.parametrize("action", sorted(TRANSITIONS))
 @pytest.mark.parametrize("status", ["running", "paused", "completed", "failed"])

@@ -8,6 +8,8 @@ import pytest
 
 from tests.support.formats import validate_anthropic_request, validate_ollama_request
 
+pytestmark = pytest.mark.database_agnostic  # touches no database
+
 ANTHROPIC_GOOD: dict[str, Any] = {
     "model": "claude-sonnet-4-5",
     "max_tokens": 100,

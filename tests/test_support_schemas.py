@@ -13,6 +13,8 @@ from tests.support.schemas import (
     validate_openai_request,
 )
 
+pytestmark = pytest.mark.database_agnostic  # touches no database
+
 GOOD: dict[str, Any] = {
     "model": "gpt-4o",
     "messages": [

@@ -28,7 +28,10 @@ MESSAGES: list[dict[str, Any]] = [
 ]
 BOUND_S = 10.0  # no call in this module may take longer than this
 
-pytestmark = pytest.mark.parametrize("kind", KINDS)
+pytestmark = [
+    pytest.mark.parametrize("kind", KINDS),
+    pytest.mark.database_agnostic,  # touches no database
+]
 
 
 async def call(backend: ChatBackend, max_tokens: int = 256) -> str:

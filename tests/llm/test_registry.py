@@ -19,6 +19,8 @@ from app.llm import (
 from tests.fakes.llm_server import FakeLLM
 from tests.support.backends import API_KEY
 
+pytestmark = pytest.mark.database_agnostic  # touches no database
+
 
 def backend(backends: dict[str, ChatBackend], name: str) -> HTTPBackend:
     found = backends[name]

@@ -7,6 +7,8 @@ from app.llm import LLMTimeout, LLMUnavailable
 from tests.fakes.llm_server import ANTHROPIC_PATH, OPENAI_PATH, FakeLLM
 from tests.support.backends import API_KEY, MakeBackend
 
+pytestmark = pytest.mark.database_agnostic  # touches no database
+
 BODY = {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "Hi"}]}
 
 

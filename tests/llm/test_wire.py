@@ -14,6 +14,8 @@ from app.llm.http import endpoint
 from tests.fakes.llm_server import FakeLLM
 from tests.support.backends import API_KEY, MakeBackend
 
+pytestmark = pytest.mark.database_agnostic  # touches no database
+
 CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": "You summarise."},
     {"role": "system", "content": "Be brief."},

@@ -21,6 +21,8 @@ from app.tokens.counters import (
 from app.tokens.encodings import CL100K_BASE, ENCODING_NAMES, O200K_BASE, load_encoding
 from tests.support.paths import CORPUS
 
+pytestmark = pytest.mark.database_agnostic  # touches no database
+
 
 @cache
 def corpus_texts() -> tuple[str, ...]:

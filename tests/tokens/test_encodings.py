@@ -26,6 +26,8 @@ from app.tokens.encodings import (
 )
 from tests.support.paths import REPO
 
+pytestmark = pytest.mark.database_agnostic  # touches no database
+
 HELLO_IDS = {O200K_BASE: [13225, 11, 2375, 0], CL100K_BASE: [9906, 11, 1917, 0]}
 
 
