@@ -82,15 +82,15 @@ class TaskCreation:
                 code=ErrorCode.NO_ROOM_FOR_CONTEXT,
                 details={"window": window, "max_output_tokens": reserved},
             )
-        async with self.db.reader() as session:
-            existing = await session.get(Task, task_uuid)
+        # A uuid made here is new; only one the client chose may name an existing task.
+        chosen = body.uuid is not None
+        existing = await self._existing(task_uuid) if chosen else None
         if existing is None:
             counter_name = await asyncio.to_thread(self.counting.counter_name, body.model)
             # Outside the task lock: finding what to inherit may wait for a final summary.
             inherited = await self._inherited(body, counter_name, budget)
             async with self.locks.hold(task_uuid):
-                async with self.db.reader() as session:
-                    existing = await session.get(Task, task_uuid)
+                existing = await self._existing(task_uuid) if chosen else None
                 if existing is None:
                     try:
                         return await self._create_locked(
@@ -109,6 +109,10 @@ class TaskCreation:
                 details={"uuid": task_uuid},
             )
         return await self.tasks.get(task_uuid), False
+
+    async def _existing(self, task_uuid: str) -> Task | None:
+        async with self.db.reader() as session:
+            return await session.get(Task, task_uuid)
 
     async def _inherited(
         self, body: TaskCreate, counter_name: str, budget: Budget
