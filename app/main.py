@@ -1,10 +1,6 @@
 """The ASGI application: ``uvicorn app.main:app``."""
 
-from collections.abc import Callable
-from functools import partial
-
 from fastapi import Depends, FastAPI
-from fastapi_offline import FastAPIOffline
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
@@ -24,7 +20,10 @@ from app.mcp_server.mount import LazyMCP
 from app.messages.endpoints import router as messages_router
 from app.observability.logs import configure_logging
 from app.observability.middleware import RequestMetricsMiddleware, TaskLogContextMiddleware
-from app.ops.endpoints import DOCS_URL, OPENAPI_URL, REDOC_URL, SUMMARY, VERSION
+from app.ops.docs import ASSETS_DIR as DOCS_ASSETS_DIR
+from app.ops.docs import ASSETS_URL as DOCS_ASSETS_URL
+from app.ops.docs import router as docs_router
+from app.ops.endpoints import OPENAPI_URL, SUMMARY, VERSION
 from app.ops.endpoints import router as ops_router
 from app.payloads.endpoints import router as payloads_router
 from app.planning.endpoints import router as planning_router
@@ -42,15 +41,16 @@ from app.ui.endpoints import router as ui_router
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings)
-    make_app: Callable[..., FastAPI]
-    if settings.auth.docs_public:
-        # Swagger UI and ReDoc from assets in the package: the pages work offline.
-        make_app = partial(
-            FastAPIOffline, docs_url=DOCS_URL, redoc_url=REDOC_URL, openapi_url=OPENAPI_URL
-        )
-    else:
-        make_app = partial(FastAPI, openapi_url=None, docs_url=None, redoc_url=None)
-    app = make_app(title="Context service", summary=SUMMARY, version=VERSION, lifespan=lifespan)
+    docs_public = settings.auth.docs_public
+    app = FastAPI(
+        title="Context service",
+        summary=SUMMARY,
+        version=VERSION,
+        lifespan=lifespan,
+        openapi_url=OPENAPI_URL if docs_public else None,
+        docs_url=None,  # app.ops.docs serves them, from packaged assets
+        redoc_url=None,
+    )
     app.state.settings = settings
     install_error_handlers(app)
     install_error_schema(app)
@@ -85,6 +85,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         app.include_router(router, dependencies=[Depends(BEARER)])
     app.include_router(ops_router)  # health and the index need no key (PUBLIC_PATHS)
+    if docs_public:
+        app.include_router(docs_router)
+        app.mount(DOCS_ASSETS_URL, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-static")
     # The ops page: its pages need an admin key (or its session cookie), its login form none.
     app.include_router(ui_router)
     app.include_router(ui_login_router)

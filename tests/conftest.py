@@ -9,6 +9,7 @@ holds its own SQLite file.
 Only fixtures live here; what tests share besides them is in tests/support.
 """
 
+import gc
 import os
 import zlib
 from collections.abc import AsyncIterator, Iterator
@@ -26,6 +27,15 @@ from tests.support.lifespan import lifespan_of
 from tests.support.postgres import PostgresDatabases
 from tests.support.server import ServerPool
 from tests.support.tasks import task_body
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What is alive once the tests are collected (the app's modules and libraries, the test
+    modules) lives as long as the run: frozen, it is not walked again by each of the run's full
+    collections, which free the apps the tests made (about a fifth of the time of a run's
+    API tests went to collecting garbage)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,13 @@
 """The shortest path through the service: create, append, read the payload."""
 
+import gc
+import weakref
+
 import httpx
 
+from app.config import Settings
+from app.main import create_app
+from tests.support.lifespan import lifespan_of
 from tests.support.tasks import task_body
 
 
@@ -18,3 +24,20 @@ async def test_create_append_request(client: httpx.AsyncClient) -> None:
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},
     ]
+
+
+async def test_an_app_is_freed_once_it_has_stopped(settings: Settings) -> None:
+    """Nothing outside an app keeps it alive once it has stopped, documentation pages and all:
+    a process that makes many apps (this test suite) does not keep them all."""
+    app = create_app(settings)
+    async with lifespan_of(app) as started:
+        transport = httpx.ASGITransport(app=started)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            for path in ("/", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"):
+                assert (await client.get(path)).status_code == 200, path
+            created = await client.post("/tasks", json=task_body(system_prompt="Be brief."))
+            assert created.status_code == 201, created.text
+    freed = weakref.ref(app)
+    del app, started, transport, client
+    gc.collect()
+    assert freed() is None, [type(holder) for holder in gc.get_referrers(freed())]

@@ -1,0 +1,57 @@
+"""Swagger UI and ReDoc, from the assets packaged with fastapi-offline: the pages load nothing
+from a CDN.
+
+These are module-level routes rather than fastapi-offline's app factory, whose pages are
+closures made for each app. FastAPI keeps every endpoint it has classified in module-level
+caches (4,096 entries each), so each app made in a process (the test suite makes thousands) was
+kept alive, with its routes and services, by its three closures.
+"""
+
+from importlib.resources import files
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
+from starlette.responses import HTMLResponse
+
+from app.ops.endpoints import DOCS_URL, OPENAPI_URL, REDOC_URL
+
+ASSETS_URL = "/static-offline-docs"
+ASSETS_DIR = Path(str(files("fastapi_offline") / "static"))
+OAUTH2_REDIRECT_URL = f"{DOCS_URL}/oauth2-redirect"
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get(DOCS_URL)
+async def swagger_ui(request: Request) -> HTMLResponse:
+    root = request.scope.get("root_path", "")
+    return get_swagger_ui_html(
+        openapi_url=f"{root}{OPENAPI_URL}",
+        title=f"{request.app.title} - Swagger UI",
+        oauth2_redirect_url=OAUTH2_REDIRECT_URL,
+        swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
+        swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
+        swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+    )
+
+
+@router.get(OAUTH2_REDIRECT_URL)
+async def swagger_ui_oauth2_redirect() -> HTMLResponse:
+    return get_swagger_ui_oauth2_redirect_html()
+
+
+@router.get(REDOC_URL)
+async def redoc(request: Request) -> HTMLResponse:
+    root = request.scope.get("root_path", "")
+    return get_redoc_html(
+        openapi_url=f"{root}{OPENAPI_URL}",
+        title=f"{request.app.title} - ReDoc",
+        redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
+        with_google_fonts=False,
+        redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+    )
