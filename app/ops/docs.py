@@ -27,16 +27,20 @@ OAUTH2_REDIRECT_URL = f"{DOCS_URL}/oauth2-redirect"
 router = APIRouter(include_in_schema=False)
 
 
+def _url(request: Request, path: str) -> str:
+    """``path`` under the prefix the service is mounted at (a proxy's root path)."""
+    return f"{request.scope.get('root_path', '')}{path}"
+
+
 @router.get(DOCS_URL)
 async def swagger_ui(request: Request) -> HTMLResponse:
-    root = request.scope.get("root_path", "")
     return get_swagger_ui_html(
-        openapi_url=f"{root}{OPENAPI_URL}",
+        openapi_url=_url(request, OPENAPI_URL),
         title=f"{request.app.title} - Swagger UI",
         oauth2_redirect_url=OAUTH2_REDIRECT_URL,
-        swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
-        swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
-        swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+        swagger_js_url=_url(request, f"{ASSETS_URL}/swagger-ui-bundle.js"),
+        swagger_css_url=_url(request, f"{ASSETS_URL}/swagger-ui.css"),
+        swagger_favicon_url=_url(request, f"{ASSETS_URL}/favicon.png"),
     )
 
 
@@ -47,11 +51,10 @@ async def swagger_ui_oauth2_redirect() -> HTMLResponse:
 
 @router.get(REDOC_URL)
 async def redoc(request: Request) -> HTMLResponse:
-    root = request.scope.get("root_path", "")
     return get_redoc_html(
-        openapi_url=f"{root}{OPENAPI_URL}",
+        openapi_url=_url(request, OPENAPI_URL),
         title=f"{request.app.title} - ReDoc",
-        redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
+        redoc_js_url=_url(request, f"{ASSETS_URL}/redoc.standalone.js"),
         with_google_fonts=False,
-        redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+        redoc_favicon_url=_url(request, f"{ASSETS_URL}/favicon.png"),
     )
