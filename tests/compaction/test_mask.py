@@ -93,13 +93,15 @@ async def test_a_small_window_masks_old_outputs_first_and_loses_no_step(
     # Masked in one batch when the threshold was crossed (the newest three kept whole then);
     # the turn appended since is whole too, until the next batch.
     assert set(whole) <= {"call_8", "call_9", "call_10", "call_11"}
-    assert len(whole) < len(results)
-    text = json.dumps(messages)
-    assert all(f"tests/test_{i}.py" in text for i in range(12))
     summaries = (await client.get(f"/tasks/{uuid}/summaries")).json()["summaries"]
     assert summaries[0]["kind"] == "mask"
     assert summaries[0]["tokens_saved"] > 0
+    # The condense the threshold queued runs in the background: when it has run before the
+    # payload is read, its summary may have taken every masked output.
     condensed = [s for s in summaries if s["kind"] == "condense"]
+    assert condensed or len(whole) < len(results)
+    text = json.dumps(messages)
+    assert all(f"tests/test_{i}.py" in text for i in range(12))
     if condensed:
         assert any(m["content"].startswith("[Summary of") for m in messages[2:3])
     # A placeholder's seq is the result's own: its full text is there in the history.
