@@ -20,9 +20,7 @@ from app.mcp_server.mount import LazyMCP
 from app.messages.endpoints import router as messages_router
 from app.observability.logs import configure_logging
 from app.observability.middleware import RequestMetricsMiddleware, TaskLogContextMiddleware
-from app.ops.docs import ASSETS_DIR as DOCS_ASSETS_DIR
-from app.ops.docs import ASSETS_URL as DOCS_ASSETS_URL
-from app.ops.docs import router as docs_router
+from app.ops.docs import install_docs
 from app.ops.endpoints import OPENAPI_URL, SUMMARY, VERSION
 from app.ops.endpoints import router as ops_router
 from app.payloads.endpoints import router as payloads_router
@@ -86,8 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, dependencies=[Depends(BEARER)])
     app.include_router(ops_router)  # health and the index need no key (PUBLIC_PATHS)
     if docs_public:
-        app.include_router(docs_router)
-        app.mount(DOCS_ASSETS_URL, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-static")
+        install_docs(app)
     # The ops page: its pages need an admin key (or its session cookie), its login form none.
     app.include_router(ui_router)
     app.include_router(ui_login_router)

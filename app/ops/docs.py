@@ -10,13 +10,14 @@ kept alive, with its routes and services, by its three closures.
 from importlib.resources import files
 from pathlib import Path
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import (
     get_redoc_html,
     get_swagger_ui_html,
     get_swagger_ui_oauth2_redirect_html,
 )
 from starlette.responses import HTMLResponse
+from starlette.staticfiles import StaticFiles
 
 from app.ops.endpoints import DOCS_URL, OPENAPI_URL, REDOC_URL
 
@@ -25,6 +26,12 @@ ASSETS_DIR = Path(str(files("fastapi_offline") / "static"))
 OAUTH2_REDIRECT_URL = f"{DOCS_URL}/oauth2-redirect"
 
 router = APIRouter(include_in_schema=False)
+
+
+def install_docs(app: FastAPI) -> None:
+    """Serve the documentation pages and their assets on ``app``."""
+    app.include_router(router)
+    app.mount(ASSETS_URL, StaticFiles(directory=ASSETS_DIR), name="docs-static")
 
 
 def _url(request: Request, path: str) -> str:
