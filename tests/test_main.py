@@ -2,9 +2,11 @@
 
 import gc
 import weakref
+from pathlib import Path
 
 import httpx
 
+from app import routes
 from app.config import Settings
 from app.main import create_app
 from tests.support.lifespan import lifespan_of
@@ -41,3 +43,15 @@ async def test_an_app_is_freed_once_it_has_stopped(settings: Settings) -> None:
     del app, started, transport, client
     gc.collect()
     assert freed() is None, [type(holder) for holder in gc.get_referrers(freed())]
+
+
+def test_apps_share_the_routes_fastapi_has_prepared(tmp_path: Path) -> None:
+    """Every app made in a process serves the same route objects, so what FastAPI prepares on
+    a route's first request (dependencies, validators, handler) is prepared once, not once per
+    app; and its settings still come from its own app."""
+    one = create_app(Settings(context_dir=tmp_path / "one"))
+    keyed = {"admin_api_keys": ["main-test-admin-key-0001"]}  # with keys, no docs are served
+    two = create_app(Settings(context_dir=tmp_path / "two", auth=keyed))
+    assert all(any(r is route for r in two.router.routes) for route in routes.service.routes)
+    assert "/openapi.json" in [getattr(r, "path", None) for r in one.router.routes]
+    assert "/openapi.json" not in [getattr(r, "path", None) for r in two.router.routes]

@@ -6,27 +6,32 @@ streamed.
 
 import re
 import time
+from collections.abc import Iterable
 from uuid import UUID
 
-from fastapi import FastAPI
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.observability.logs import task_context
 from app.observability.metrics import Metrics
 
-__all__ = ["RequestMetricsMiddleware", "TaskLogContextMiddleware", "route_template"]
+__all__ = ["RequestMetricsMiddleware", "TaskLogContextMiddleware"]
 
 UNMATCHED = "unmatched"
 _TASK_PATH = re.compile(r"^/tasks/([^/]+)")
-_TEMPLATES = "route_templates"  # app.state attribute: the compiled templates, built once
 
 
 class RequestMetricsMiddleware:
-    """Observes each HTTP request's latency by method, route template and status."""
+    """Observes each HTTP request's latency by method, route template and status.
 
-    def __init__(self, app: ASGIApp) -> None:
+    ``templates`` (``/tasks/{uuid}``) label the requests answered before routing (a body over
+    the limit, a missing key): the path is matched against them, never used raw, so the
+    label's values stay few.
+    """
+
+    def __init__(self, app: ASGIApp, templates: Iterable[str] = ()) -> None:
         self.app = app
+        self.templates = [(compile_path(path)[0], path) for path in templates]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         services = scope.get("state", {}).get("services") if scope["type"] == "http" else None
@@ -47,31 +52,19 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, observed_send)
         finally:
             seconds = time.perf_counter() - started
-            metrics.request(scope["method"], route_template(scope), status, seconds)
+            metrics.request(scope["method"], self._route_template(scope), status, seconds)
 
-
-def route_template(scope: Scope) -> str:
-    """The path template of the route that handled the request (``/tasks/{uuid}``), never the
-    raw path, so the label's values stay few; "unmatched" when no route fits."""
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    if isinstance(path, str):
-        return path
-    if "app" in scope:
-        # Answered before routing (a body over the limit) or by no route: match the path
-        # against the documented templates (FastAPI's own route objects are internal).
-        for regex, template in _templates(scope["app"]):
+    def _route_template(self, scope: Scope) -> str:
+        """The path template of the route that handled the request; "unmatched" when no
+        route fits."""
+        path = getattr(scope.get("route"), "path", None)
+        if isinstance(path, str):
+            return path
+        # Answered before routing, or by no route.
+        for regex, template in self.templates:
             if regex.match(scope["path"]):
                 return template
-    return UNMATCHED
-
-
-def _templates(app: FastAPI) -> list[tuple[re.Pattern[str], str]]:
-    compiled: list[tuple[re.Pattern[str], str]] | None = getattr(app.state, _TEMPLATES, None)
-    if compiled is None:
-        compiled = [(compile_path(path)[0], path) for path in app.openapi()["paths"]]
-        setattr(app.state, _TEMPLATES, compiled)
-    return compiled
+        return UNMATCHED
 
 
 class TaskLogContextMiddleware:
