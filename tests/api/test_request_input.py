@@ -26,6 +26,8 @@ from tests.support.errors import assert_error
 from tests.support.tasks import task_body
 from tests.support.unchanged import LOCATIONS, MAX_BODY, KiB, assert_unchanged, small_limits, state
 
+pytestmark = pytest.mark.database_agnostic
+
 Client = httpx.AsyncClient
 
 

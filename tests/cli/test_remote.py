@@ -18,7 +18,7 @@ from tests.support.postgres import PostgresDatabases
 from tests.support.server import Server, free_port, server_of_its_own
 from tests.support.tasks import key, task_body
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.database_agnostic]
 
 CLI = Path(sys.executable).parent / "context-service"
 ADMIN_KEY = "cli-test-admin-key-0123456789"

@@ -24,6 +24,8 @@ from tests.support.schemas import assert_tool_pairing, validate_openai_request
 from tests.support.tasks import windowed_task
 from tests.support.waits import settled_jobs
 
+pytestmark = pytest.mark.database_agnostic
+
 LONGEST = [p.name for p in sorted(CORPUS.glob("*.jsonl"), key=lambda p: -p.stat().st_size)[:6]]
 BATCH = 10
 WINDOWS = {8000: 1000, 32000: 4000}  # context_length -> max_output_tokens

@@ -17,7 +17,7 @@ from tests.support.formats import validate_payload
 from tests.support.paths import REPO
 from tests.support.server import ServerPool
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.database_agnostic]
 
 fake_llm = llm_server.fake_llm  # the fixture: a real HTTP server on 127.0.0.1
 

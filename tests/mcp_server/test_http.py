@@ -21,7 +21,7 @@ from tests.support.server import Server, server_of_its_own
 from tests.support.tasks import key, task_body
 from tests.support.waits import WAIT_S
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.database_agnostic]
 
 ADMIN_KEY = "mcp-test-admin-key-0123456789"
 ADA_KEY = "mcp-test-ada-key-0123456789"  # an agent key for user ada's tasks only

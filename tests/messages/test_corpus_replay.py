@@ -19,6 +19,8 @@ from tests.support.corpus import CORPUS_FILES, corpus_messages
 from tests.support.schemas import validate_openai_request
 from tests.support.tasks import task_body
 
+pytestmark = pytest.mark.database_agnostic
+
 WINDOW = 2_000_000
 MAX_OUTPUT = 8192
 BUDGET = int(WINDOW * 0.9) - MAX_OUTPUT  # CONTEXT_BUFFER 0.1

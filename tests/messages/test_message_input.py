@@ -28,6 +28,8 @@ from tests.support.unchanged import (
     state,
 )
 
+pytestmark = pytest.mark.database_agnostic
+
 Client = httpx.AsyncClient
 
 

@@ -14,6 +14,8 @@ from tests.support.app import running_app
 from tests.support.errors import assert_error
 from tests.support.settings import fast_settings
 
+pytestmark = pytest.mark.database_agnostic
+
 ADMIN = "admin-3Nf6bT1yH8cJ5zD0"
 AGENT = "agent-7Qm2vX9pL4sK8wR1"
 SCOPED_ADMIN = "algl-1Zp7gV4kM9wS2aX5"
