@@ -16,7 +16,7 @@ import pytest
 from tests.support.server import Server, ServerPool, read_until_closed, status_and_headers
 from tests.support.tasks import task_body
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.database_agnostic]
 
 READ_TIMEOUT_S = 1.0  # BODY_READ_TIMEOUT_S of these servers
 STALLED_BODY = (

@@ -173,6 +173,7 @@ def fill_up(path: Path) -> None:
                     ballast.write(b"\0" * chunk)
 
 
+@pytest.mark.sqlite_only  # the database is a SQLite file on that disk, whatever the suite runs on
 async def test_a_full_database_disk_still_acknowledges_appends_and_serves_reads(
     servers: ServerPool, tmp_path: Path
 ) -> None:
