@@ -26,7 +26,13 @@ from app.summaries.processes import SummaryProcesses
 from tests.support.lifespan import lifespan_of
 from tests.support.postgres import PostgresDatabases
 from tests.support.server import ServerPool
+from tests.support.settings import IN_PROCESS_ENV
 from tests.support.tasks import task_body
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, value in IN_PROCESS_ENV.items():  # why: tests/support/settings.py
+        os.environ.setdefault(name, value)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -54,10 +60,10 @@ def postgres() -> Iterator[PostgresDatabases | None]:
 
 # `make test` runs the SQLite and the PostgreSQL suites side by side, one per core, and says
 # so in SIDE_BY_SIDE. A test marked database_agnostic then runs in one of them only, chosen by
-# its id: this share of them on PostgreSQL, whose suite is otherwise the shorter (at 0.3 it
-# became the longer: it runs such a test slower, a database each). On its own, the SQLite
-# suite runs them all and the PostgreSQL suite none.
-POSTGRES_SHARE_OF_AGNOSTIC = 0.15
+# its id: this share of them on PostgreSQL, whose suite is otherwise the shorter (it runs such
+# a test slower, a database each, so the share is below a half). On its own, the SQLite suite
+# runs them all and the PostgreSQL suite none.
+POSTGRES_SHARE_OF_AGNOSTIC = 0.25
 
 
 def agnostic_runs_on_postgres(nodeid: str) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from app.config import Settings
+from app.config import CompactionSettings, Settings
 from tests.support.app import running_app
 from tests.support.conversations import turns
 from tests.support.tasks import append, new_task
@@ -29,8 +29,11 @@ async def condense(client: httpx.AsyncClient) -> None:
 async def test_the_summariser_processes_start_at_a_condense_and_stop_with_the_service(
     context_dir: Path,
 ) -> None:
-    """With the default settings: one process, started by the first condense."""
-    async with running_app(Settings(context_dir=context_dir)) as client:
+    """With the default size, one process (the tests' own apps run none unless told: see
+    tests/support/settings.py), started by the first condense."""
+    assert CompactionSettings.model_fields["summarizer_processes"].default == 1
+    settings = Settings(context_dir=context_dir, compaction={"summarizer_processes": 1})
+    async with running_app(settings) as client:
         assert not multiprocessing.active_children()
         await condense(client)
         pids = [child.pid for child in multiprocessing.active_children()]

@@ -7,6 +7,13 @@ from typing import Any
 from app.config import Settings
 from tests.fakes.llm_server import FakeLLM
 
+# The apps the tests run in their own process digest a condense's span in a worker thread:
+# with the default pool, each app that condenses started a process (about a second of CPU, and
+# the condense waited for it), and the tests make hundreds. conftest sets these variables for
+# the test process; the service processes the tests start (tests/support/server.py) do not
+# inherit them, and run the default pool, as do the tests that give the pool a size.
+IN_PROCESS_ENV = {"SUMMARIZER_PROCESSES": "0"}
+
 
 def layered(*layers: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments for Settings, each layer over the ones before; a group given as a dict
