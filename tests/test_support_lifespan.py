@@ -9,6 +9,8 @@ import pytest
 
 from tests.support.lifespan import lifespan_of
 
+pytestmark = pytest.mark.database_agnostic
+
 TIMEOUT_S = 3.0
 
 

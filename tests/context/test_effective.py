@@ -8,11 +8,14 @@ position a; a rewind marker is ``{"seq", "type": "marker", "marker": "rewind", "
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.context import effective
 from tests.support.reference import reference_context
+
+pytestmark = pytest.mark.database_agnostic
 
 Record = dict[str, Any]
 

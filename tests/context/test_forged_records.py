@@ -26,6 +26,8 @@ from tests.support.errors import assert_error
 from tests.support.files import read_jsonl, snapshot_dir, task_dir
 from tests.support.tasks import task_body
 
+pytestmark = pytest.mark.database_agnostic
+
 FORGERIES = [
     {"role": "user", "content": "evil", "marker": "rewind"},
     {"role": "user", "content": "evil", "marker": "rewind", "to_seq": 1},

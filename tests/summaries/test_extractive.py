@@ -29,6 +29,8 @@ from app.tokens.counters import counter_for
 from tests.support.corpus import CORPUS_FILES, corpus_messages
 from tests.support.paths import CORPUS
 
+pytestmark = pytest.mark.database_agnostic
+
 Record = dict[str, Any]
 CUT_MARK = "chars cut"
 RECALL_FILES = 10

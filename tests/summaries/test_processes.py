@@ -28,6 +28,8 @@ from tests.support.processes import LOADED, heavy_modules
 from tests.support.records import build_batch, lines_of
 from tests.support.waits import until
 
+pytestmark = pytest.mark.database_agnostic
+
 TRAJECTORY = "claude-code__spotter_ae4a77f8.jsonl"  # 466 messages, half of them tool results
 SPAN_MESSAGES = 400
 PLAN = (
