@@ -45,16 +45,17 @@ API_ROUTERS = (
     proxy_router,
     task_proxy_router,
 )
+# Without the API's bearer scheme: health and the index need no key (PUBLIC_PATHS); the ops
+# page's pages need an admin key (or its session cookie), its login form none.
+OPS_ROUTERS = (ops_router, ui_router, ui_login_router)
 
 
 def _service() -> APIRouter:
     router = APIRouter()
     for api_router in API_ROUTERS:
         router.include_router(api_router, dependencies=[Depends(BEARER)])
-    router.include_router(ops_router)  # health and the index need no key (PUBLIC_PATHS)
-    # The ops page: its pages need an admin key (or its session cookie), its login form none.
-    router.include_router(ui_router)
-    router.include_router(ui_login_router)
+    for ops in OPS_ROUTERS:
+        router.include_router(ops)
     return router
 
 
@@ -63,10 +64,9 @@ service = _service()
 
 def documented_paths() -> list[str]:
     """The path templates of the OpenAPI document (``/tasks/{uuid}``), in routing order."""
-    routers = (*API_ROUTERS, ops_router)
     return [
         route.path
-        for router in routers
+        for router in (*API_ROUTERS, *OPS_ROUTERS)
         if router.include_in_schema
         for route in router.routes
         if isinstance(route, APIRoute) and route.include_in_schema

@@ -52,6 +52,7 @@ def test_apps_share_the_routes_fastapi_has_prepared(tmp_path: Path) -> None:
     one = create_app(Settings(context_dir=tmp_path / "one"))
     keyed = {"admin_api_keys": ["main-test-admin-key-0001"]}  # with keys, no docs are served
     two = create_app(Settings(context_dir=tmp_path / "two", auth=keyed))
-    assert all(any(r is route for r in two.router.routes) for route in routes.service.routes)
+    for app in (one, two):
+        assert all(any(r is route for r in app.router.routes) for route in routes.service.routes)
     assert "/openapi.json" in [getattr(r, "path", None) for r in one.router.routes]
     assert "/openapi.json" not in [getattr(r, "path", None) for r in two.router.routes]

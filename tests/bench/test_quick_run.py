@@ -3,7 +3,6 @@ real service processes, each writing its results file. Their numbers are not che
 belongs to the benchmarks, never to tests (SPEC §13)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 from bench import readme
 from bench.__main__ import BENCHMARKS
 from bench.harness import REPO, RESULTS_DIR
-from tests.support.settings import IN_PROCESS_ENV
+from tests.support.settings import service_env
 
 # The benchmarks make their own SQLite databases; once per suite is enough.
 pytestmark = [pytest.mark.e2e, pytest.mark.sqlite_only]
@@ -26,7 +25,7 @@ def test_every_benchmark_runs_and_writes_its_tables(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--results", str(tmp_path)],
         cwd=REPO,
-        env={k: v for k, v in os.environ.items() if k not in IN_PROCESS_ENV},  # as deployed
+        env=service_env(),  # its services run as deployed
         capture_output=True,
         text=True,
         timeout=540,

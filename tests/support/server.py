@@ -28,7 +28,7 @@ import psutil
 
 from tests.support.paths import REPO
 from tests.support.postgres import PostgresDatabases
-from tests.support.settings import IN_PROCESS_ENV
+from tests.support.settings import service_env
 
 READY_TIMEOUT_S = 45.0
 STOP_TIMEOUT_S = 15.0
@@ -121,8 +121,7 @@ class Server:
                 self.port = free_port()  # someone took the port meanwhile: take another
 
     def _spawn(self) -> None:
-        # DATABASE_URL: the test's own database (conftest); a service's own settings.
-        env = {k: v for k, v in os.environ.items() if k not in IN_PROCESS_ENV}
+        env = service_env()
         env.update({"CONTEXT_DIR": str(self.context_dir), "PYTHONUNBUFFERED": "1"})
         env.update(self.extra_env)
         if self.cli:

@@ -1,6 +1,7 @@
 """Settings the tests run the app with: fast (no fsync, quick job polling, characters / 4
 tokens), and with the fake LLM server as the backend; a test's own values layered over them."""
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,12 @@ from tests.fakes.llm_server import FakeLLM
 # the test process; the service processes the tests start (tests/support/server.py) do not
 # inherit them, and run the default pool, as do the tests that give the pool a size.
 IN_PROCESS_ENV = {"SUMMARIZER_PROCESSES": "0"}
+
+
+def service_env() -> dict[str, str]:
+    """The environment of a service process a test starts: the test's own (DATABASE_URL names
+    its database, see conftest), less what only the test process's apps run with."""
+    return {k: v for k, v in os.environ.items() if k not in IN_PROCESS_ENV}
 
 
 def layered(*layers: dict[str, Any]) -> dict[str, Any]:
