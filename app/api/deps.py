@@ -36,11 +36,12 @@ async def task_uuid(
 
 
 TaskUUID = Annotated[str, Depends(task_uuid)]
+MAX_THREAD_ID = 2**31 - 1  # the column's range
 ThreadID = Annotated[
     int,
     Query(
         ge=0,
-        le=2**31 - 1,
+        le=MAX_THREAD_ID,
         description="The context: 0 is the task's root, any other number a thread of the task.",
     ),
 ]

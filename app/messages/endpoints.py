@@ -6,7 +6,13 @@ from fastapi import APIRouter, Body, Header, Path, Query, Response, status
 
 from app.api.deps import TaskUUID, ThreadID, service
 from app.api.errors import ERROR_RESPONSES
-from app.api.routing import OrjsonRoute
+from app.api.routing import OrjsonRoute, fast_lane
+from app.messages.lane import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    IDEMPOTENCY_KEY_PATTERN,
+    append_and_answer,
+    append_lane,
+)
 from app.messages.native import InputFormat, read_body
 from app.messages.schemas import AppendBody, AppendResult, MessagePage, MessageText
 from app.messages.service import DEFAULT_TEXT_BYTES, MAX_TEXT_BYTES, MessageService
@@ -24,10 +30,10 @@ router = APIRouter(
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=AppendResult)
+@fast_lane(append_lane)  # the common append, without FastAPI's parameter solving
 async def append_messages(
     uuid: TaskUUID,
     messages: MessagesDep,
-    response: Response,
     body: Annotated[
         AppendBody,
         Body(
@@ -99,23 +105,19 @@ async def append_messages(
     idempotency_key: Annotated[
         str | None,
         Header(
-            max_length=200,  # the service may put a thread's id in front (255 in the table)
-            # Printable ASCII: the service's own keys start with a control character.
-            pattern=r"^[\x20-\x7e]+$",
+            max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
+            pattern=IDEMPOTENCY_KEY_PATTERN,
             description="A retried POST with the same key appends nothing.",
         ),
     ] = None,
     thread_id: ThreadID = 0,
-) -> AppendResult:
+) -> Response:
     """Append one message or a batch to the task's root context or one of its active threads;
     durable before the answer. A message in Anthropic's or Ollama's shape is stored in OpenAI's
     (one Anthropic message may become several, appended together)."""
-    result, replayed = await messages.append(
-        uuid, read_body(body, input_format), idempotency_key, thread_id
+    return await append_and_answer(
+        messages, uuid, read_body(body, input_format), idempotency_key, thread_id
     )
-    if replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-    return result
 
 
 @router.get("", response_model=MessagePage)
