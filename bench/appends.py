@@ -200,8 +200,8 @@ async def measure_service(
 
 
 async def asgi_call(app: ASGIApp, method: str, path: str, body: bytes = b"") -> bytes:
-    """One request handed to the app as a server would, with no client or socket around it:
-    what it costs is the app's alone."""
+    """One request (``path`` may carry a query) handed to the app as a server would, with no
+    client or socket around it: what it costs is the app's alone."""
     received = False
     chunks: list[bytes] = []
 
@@ -217,10 +217,11 @@ async def asgi_call(app: ASGIApp, method: str, path: str, body: bytes = b"") -> 
             chunks.append(message.get("body", b""))
 
     headers = [(b"host", b"bench"), (b"content-type", b"application/json")]
+    path, _, query = path.partition("?")
     scope = {
         **{"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1"},
         **{"method": method, "scheme": "http", "path": path, "raw_path": path.encode()},
-        **{"query_string": b"", "root_path": "", "headers": headers},
+        **{"query_string": query.encode(), "root_path": "", "headers": headers},
         **{"client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)},
     }
     await app(scope, receive, send)
@@ -274,6 +275,10 @@ async def breakdown(scratch: Path, count: int) -> list[tuple[str, float]]:
         )
         whole = await timed(
             "POST /messages through the ASGI stack", lambda: asgi_call(app, "POST", path, body)
+        )
+        await timed(
+            "for scale: POST /messages left to FastAPI's own handling (no fast lane)",
+            lambda: asgi_call(app, "POST", f"{path}?via=fastapi", body),
         )
         message = {"role": "user", "content": MESSAGE}
         appended = await timed(

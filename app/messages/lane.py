@@ -89,17 +89,16 @@ def _parameters(request: OrjsonRequest) -> _Parameters | None:
         query = dict(pairs)
         if len(query) != len(pairs) or not query.keys() <= {"input", "thread_id"}:
             return None
-    input_format = _INPUT_FORMATS.get(query["input"]) if "input" in query else None
-    thread_id = query.get("thread_id", "0")
-    if "input" in query and input_format is None:
+    if "input" in query and query["input"] not in _INPUT_FORMATS:
         return None
+    thread_id = query.get("thread_id", "0")
     if _CANONICAL_INT.fullmatch(thread_id) is None or int(thread_id) > MAX_THREAD_ID:
         return None
     keys = [value for name, value in request.scope["headers"] if name == _HEADER_NAME]
     if len(keys) > 1 or (keys and not _plain_key(keys[0])):
         return None
     key = keys[0].decode("ascii") if keys else None
-    return _Parameters(uuid, input_format, int(thread_id), key)
+    return _Parameters(uuid, _INPUT_FORMATS.get(query.get("input", "")), int(thread_id), key)
 
 
 def _plain_key(value: bytes) -> bool:
