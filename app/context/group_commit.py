@@ -130,7 +130,7 @@ def write_appends(
     where: Where,
     head: HeadState,
     group: list[PendingAppend],
-    known: dict[str, IdempotentResult],
+    known_keys: Callable[[], dict[str, IdempotentResult]],
     *,
     counting: TokenCounting,
     token_counter: str,
@@ -140,8 +140,8 @@ def write_appends(
 ) -> GroupOutcome | None:
     """Write a group to a context's ``files`` in the task's directory (repaired first if a
     crash left them past ``head``): its records, one result per append in ``results``.
-    ``known``: the idempotency keys the database has registered. Blocking; the database is the
-    caller's.
+    ``known_keys``: the idempotency keys registered for the context so far, read in this call
+    (on SQLite it reads the database here, beside the file work). Blocking.
 
     ``only_if_agreed``: ``head`` is a copy this process kept, true only if the files are still
     its size (no other process wrote since, the directory not moved); None, nothing written,
@@ -150,7 +150,7 @@ def write_appends(
         return None
     require_metadata(task_dir)
     recovery = recover(files, head, fsync=fsync, where=where)
-    known = known | {r.key: r for r in recovery.idempotent_results}
+    known = known_keys() | {r.key: r for r in recovery.idempotent_results}
     accumulator = ContextAccumulator(recovery.head)
     costs = counting.costs(token_counter)  # here: loading one blocks
     outcome = GroupOutcome(recovery=recovery, head=recovery.head, stats=StatsDelta())

@@ -7,6 +7,7 @@ says how much of them is committed and counted.
 
 import dataclasses
 import logging
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 HEADS = ContextHead.metadata.tables["context_heads"]
 TASKS = Task.metadata.tables["tasks"]
 THREADS = Thread.metadata.tables["threads"]
+KEYS = IdempotencyKey.metadata.tables["idempotency_keys"]
 
 
 # (attribute, column) of the task row: the attribute of column "metadata" is metadata_.
@@ -56,6 +58,10 @@ _CONTEXT = (
         and_(HEADS.c.task_uuid == TASKS.c.uuid, HEADS.c.thread_id == bindparam("thread")),
     )
     .where(TASKS.c.uuid == bindparam("task"))
+)
+
+_KNOWN_KEYS = select(KEYS.c.key, KEYS.c.request_hash, KEYS.c.response).where(
+    KEYS.c.task_uuid == bindparam("task"), KEYS.c.key.in_(bindparam("keys", expanding=True))
 )
 
 # The write-behind's statements, built once: a round runs each as one executemany.
@@ -175,14 +181,20 @@ async def load_threads(session: AsyncSession, task_uuid: str) -> dict[int, Threa
 async def load_idempotency_keys(
     session: AsyncSession, task_uuid: str, keys: list[str]
 ) -> dict[str, IdempotentResult]:
-    if not keys:
-        return {}
-    rows = await session.scalars(
-        select(IdempotencyKey).where(
-            IdempotencyKey.task_uuid == task_uuid, IdempotencyKey.key.in_(keys)
-        )
-    )
-    return {r.key: IdempotentResult(r.key, r.request_hash, r.response) for r in rows}
+    """Which of ``keys`` the task has registered, with what they answered."""
+    connection = await session.connection()
+    return _known(await connection.execute(_KNOWN_KEYS, {"task": task_uuid, "keys": keys}))
+
+
+def load_idempotency_keys_blocking(
+    connection: Connection, task_uuid: str, keys: list[str]
+) -> dict[str, IdempotentResult]:
+    """:func:`load_idempotency_keys` through a blocking connection (in a worker thread)."""
+    return _known(connection.execute(_KNOWN_KEYS, {"task": task_uuid, "keys": keys}))
+
+
+def _known(rows: Iterable[Row[Any]]) -> dict[str, IdempotentResult]:
+    return {row.key: IdempotentResult(row.key, row.request_hash, row.response) for row in rows}
 
 
 def add_context(session: AsyncSession, thread: Thread) -> None:

@@ -681,13 +681,6 @@ class ContextStore:
         if thread is not None and thread.status != "active" and not ended_parent:
             raise ThreadNotActive(task.uuid, thread.thread_id, thread.status)
         keys = [p.idempotency_key for p in group if p.idempotency_key]
-        known = {}
-        if keys:
-            async with self.db.reader() as session:
-                known = await heads.load_idempotency_keys(session, task.uuid, keys)
-            deferred = self.write_behind.pending.get((task.uuid, locked.thread_id))
-            if deferred is not None:
-                known |= {k: deferred.keys[k] for k in keys if k in deferred.keys}
         outcome = await asyncio.to_thread(
             write_appends,
             self.task_dir(task),
@@ -695,7 +688,7 @@ class ContextStore:
             Where(task.uuid, locked.thread_id),
             head,
             group,
-            known,
+            await self._known_keys(locked, keys),
             counting=self.counting,
             token_counter=task.token_counter,
             max_message_bytes=self._max_message_bytes,
@@ -723,6 +716,30 @@ class ContextStore:
         if answer:
             resolve(group, FollowUp())
         return outcome.head
+
+    async def _known_keys(
+        self, locked: LockedTask, keys: list[str]
+    ) -> Callable[[], dict[str, IdempotentResult]]:
+        """Which of a group's ``keys`` the context has registered: the database's, then this
+        process's pending ones, as a function the group's worker thread calls. On SQLite the
+        database is read there, through a blocking connection: through aiosqlite the read
+        cost a keyed append more CPU than the rest of its commit (its thread hand-offs)."""
+        if not keys:
+            return dict
+        task_uuid = locked.task.uuid
+        deferred = self.write_behind.pending.get((task_uuid, locked.thread_id))
+        pending = {k: deferred.keys[k] for k in keys if k in deferred.keys} if deferred else {}
+        blocking = self.db.blocking_reader
+        if blocking is None:
+            async with self.db.reader() as session:
+                registered = await heads.load_idempotency_keys(session, task_uuid, keys)
+            return lambda: registered | pending
+
+        def read() -> dict[str, IdempotentResult]:
+            with blocking.connect() as connection:
+                return heads.load_idempotency_keys_blocking(connection, task_uuid, keys) | pending
+
+        return read
 
     def _deferrable(self, locked: LockedTask, outcome: GroupOutcome) -> bool:
         """Whether the database may learn of this group later (see app.context.pending): it
