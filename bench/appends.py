@@ -9,6 +9,7 @@ time goes: on 2 cores, the load generator (httpx, one process) takes about one o
 """
 
 import asyncio
+import itertools
 import json
 import os
 import time
@@ -199,7 +200,13 @@ async def measure_service(
 # -- where an append's CPU goes, in-process --------------------------------------------------
 
 
-async def asgi_call(app: ASGIApp, method: str, path: str, body: bytes = b"") -> bytes:
+async def asgi_call(
+    app: ASGIApp,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> bytes:
     """One request (``path`` may carry a query) handed to the app as a server would, with no
     client or socket around it: what it costs is the app's alone."""
     received = False
@@ -216,12 +223,12 @@ async def asgi_call(app: ASGIApp, method: str, path: str, body: bytes = b"") -> 
         if message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
 
-    headers = [(b"host", b"bench"), (b"content-type", b"application/json")]
+    sent = [(b"host", b"bench"), (b"content-type", b"application/json"), *headers]
     path, _, query = path.partition("?")
     scope = {
         **{"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1"},
         **{"method": method, "scheme": "http", "path": path, "raw_path": path.encode()},
-        **{"query_string": query.encode(), "root_path": "", "headers": headers},
+        **{"query_string": query.encode(), "root_path": "", "headers": sent},
         **{"client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)},
     }
     await app(scope, receive, send)
@@ -279,6 +286,11 @@ async def breakdown(scratch: Path, count: int) -> list[tuple[str, float]]:
         await timed(
             "for scale: POST /messages left to FastAPI's own handling (no fast lane)",
             lambda: asgi_call(app, "POST", f"{path}?via=fastapi", body),
+        )
+        keys = (f"step-{n}".encode() for n in itertools.count())
+        await timed(
+            "for scale: POST /messages with an Idempotency-Key (a new one each time)",
+            lambda: asgi_call(app, "POST", path, body, [(b"idempotency-key", next(keys))]),
         )
         message = {"role": "user", "content": MESSAGE}
         appended = await timed(
