@@ -64,10 +64,12 @@ class OrjsonRequest(Request):
 
 
 def is_json_type(content_type: str) -> bool:
-    """application/json or application/<anything>+json, parameters (charset) aside."""
+    """application/json or application/<anything>+json, parameters (charset) aside. (A type
+    with a second "/" is none: FastAPI reads it as text/plain.)"""
     media_type = content_type.split(";", 1)[0].strip().lower()
-    return media_type == "application/json" or (
-        media_type.startswith("application/") and media_type.endswith("+json")
+    return media_type.count("/") == 1 and (
+        media_type == "application/json"
+        or (media_type.startswith("application/") and media_type.endswith("+json"))
     )
 
 
@@ -83,10 +85,9 @@ def fast_lane(lane: Lane) -> Callable[[Endpoint], Endpoint]:
 
     FastAPI solves a route's parameters and dependencies and validates its answer on every
     request: for an append that was more CPU than the store's commit. A lane answers only
-    requests whose parameters are plainly valid, and does what the endpoint does with them;
-    anything else goes to FastAPI, so every refusal and every unusual spelling keeps FastAPI's
-    answer. (FastAPI's own OpenTelemetry spans for its phases are not made for a lane's
-    requests; the request's span is.)"""
+    requests whose parameters are plainly valid, and does what the endpoint's dependencies and
+    the endpoint do with them; anything else goes to FastAPI, so every refusal and every
+    unusual spelling keeps FastAPI's answer."""
 
     def attach(endpoint: Endpoint) -> Endpoint:
         setattr(endpoint, _LANE, lane)

@@ -148,9 +148,10 @@ def write_appends(
     when they are not. (Past the head they would be a crash's tail to the repair.)"""
     if only_if_agreed and not files.in_agreement_with(head):
         return None
+    registered = known_keys()  # before any repair: a failed read leaves the files alone
     require_metadata(task_dir)
     recovery = recover(files, head, fsync=fsync, where=where)
-    known = known_keys() | {r.key: r for r in recovery.idempotent_results}
+    known = registered | {r.key: r for r in recovery.idempotent_results}
     accumulator = ContextAccumulator(recovery.head)
     costs = counting.costs(token_counter)  # here: loading one blocks
     outcome = GroupOutcome(recovery=recovery, head=recovery.head, stats=StatsDelta())

@@ -182,6 +182,8 @@ async def load_idempotency_keys(
     session: AsyncSession, task_uuid: str, keys: list[str]
 ) -> dict[str, IdempotentResult]:
     """Which of ``keys`` the task has registered, with what they answered."""
+    if not keys:
+        return {}
     connection = await session.connection()
     return _known(await connection.execute(_KNOWN_KEYS, {"task": task_uuid, "keys": keys}))
 
@@ -190,6 +192,8 @@ def load_idempotency_keys_blocking(
     connection: Connection, task_uuid: str, keys: list[str]
 ) -> dict[str, IdempotentResult]:
     """:func:`load_idempotency_keys` through a blocking connection (in a worker thread)."""
+    if not keys:
+        return {}
     return _known(connection.execute(_KNOWN_KEYS, {"task": task_uuid, "keys": keys}))
 
 

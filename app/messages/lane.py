@@ -5,9 +5,11 @@ route's parameters and dependencies (the uuid, the query, the header, the servic
 scheme) and validating the answer than the store spent committing it. The lane
 (app/api/routing.py) takes an append whose parameters are plainly valid: the uuid in its
 canonical form, no query but ``input`` and ``thread_id`` (once each, in canonical form), and
-at most one printable Idempotency-Key within its length. It does with them what the endpoint
-does. Any other request it leaves to FastAPI, so a refusal, or an unusual spelling FastAPI
-accepts (an upper-case uuid, ``thread_id=007``), gets FastAPI's answer.
+at most one printable Idempotency-Key within its length. It does with them what the
+endpoint's dependencies (the task visible to the caller, the service; the routers' bearer
+scheme only documents the key the middleware checks) and the endpoint do. Any other request it
+leaves to FastAPI, so a refusal, or an unusual spelling FastAPI accepts (an upper-case uuid,
+``thread_id=007``), gets FastAPI's answer.
 """
 
 import re
@@ -46,8 +48,10 @@ async def append_and_answer(
 ) -> Response:
     """Append, and the answer (the endpoint's and the lane's)."""
     result, replayed = await messages.append(uuid, posted, idempotency_key, thread_id)
-    response = Response(
-        result.model_dump_json(), status_code=status.HTTP_201_CREATED, media_type="application/json"
+    response = Response(  # serialised as FastAPI serialises a response model
+        result.model_dump_json(by_alias=True),
+        status_code=status.HTTP_201_CREATED,
+        media_type="application/json",
     )
     if replayed:
         response.headers[REPLAYED_HEADER] = "true"

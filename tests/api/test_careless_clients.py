@@ -23,8 +23,10 @@ BODY = b'{"role": "user", "content": "Fix the bug in a.py"}'
         ({}, "no Content-Type was sent"),
         ({"content-type": "text/plain"}, "not text/plain"),
         ({"content-type": "application/x-www-form-urlencoded"}, "not application/x-www-form"),
+        ({"content-type": "application/a/b+json"}, "not application/a/b+json"),
+        ({"content-type": "application/json, application/x+json"}, "not application/json, "),
     ],
-    ids=["missing", "text", "form"],
+    ids=["missing", "text", "form", "two_slashes", "two_types"],
 )
 async def test_a_body_not_declared_as_json_is_415(
     client: Client, context_dir: Path, task: dict[str, Any], headers: dict[str, str], named: str

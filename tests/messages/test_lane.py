@@ -14,9 +14,11 @@ import fastapi.routing
 import httpx
 import orjson
 import pytest
-from fastapi.dependencies.utils import solve_dependencies
+from fastapi.dependencies.utils import get_dependant, solve_dependencies
 
 from app.config import Settings
+from app.messages.endpoints import append_messages
+from app.messages.endpoints import router as messages_router
 from tests.support.errors import assert_error
 from tests.support.files import snapshot_dir
 from tests.support.tasks import create_task
@@ -267,3 +269,15 @@ async def test_a_key_the_lane_took_is_replayed_by_fastapi_and_back(
         "true",
         "true",
     ]
+
+
+def test_the_lane_stands_for_every_dependency_of_the_append() -> None:
+    """The lane does what these do (the task visible to the caller, the service; the routers'
+    bearer scheme, app/routes.py, only documents the key): a dependency added to the append
+    must be added to the lane too, or the lane would skip it."""
+    dependant = get_dependant(path="/tasks/{uuid}/messages", call=append_messages)
+    assert {sub.call.__name__ for sub in dependant.dependencies if sub.call} == {
+        "task_uuid",
+        "get_messages",
+    }
+    assert messages_router.dependencies == []
