@@ -30,9 +30,13 @@ async def task_uuid(
 ) -> str:
     """The task's uuid, for a task the caller may see (another tenant's is 404 to a scoped key:
     not even its existence shows)."""
-    value = str(uuid)
-    await require_visible(request.state.services.db, value, principal_of(request))
-    return value
+    return await visible(request, str(uuid))
+
+
+async def visible(request: Request, task_uuid: str) -> str:
+    """``task_uuid``, once the caller may see that task (TaskNotFound otherwise)."""
+    await require_visible(request.state.services.db, task_uuid, principal_of(request))
+    return task_uuid
 
 
 TaskUUID = Annotated[str, Depends(task_uuid)]

@@ -13,16 +13,13 @@ leaves to FastAPI, so a refusal, or an unusual spelling FastAPI accepts (an uppe
 """
 
 import re
-from dataclasses import dataclass
 from typing import get_args
-from urllib.parse import parse_qsl
 
 from fastapi import Response, status
 
-from app.api.deps import MAX_THREAD_ID
+from app.api import plain
+from app.api.deps import visible
 from app.api.routing import OrjsonRequest
-from app.auth.dependencies import principal_of
-from app.auth.visibility import require_visible
 from app.messages.native import InputFormat, read_body
 from app.messages.schemas import MessageIn
 from app.messages.service import MessageService
@@ -32,8 +29,6 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 200  # the service may put a thread's id in front (
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]+$"
 REPLAYED_HEADER = "Idempotent-Replayed"
 
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_CANONICAL_INT = re.compile(r"0|[1-9][0-9]{0,9}")
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN.encode())
 _INPUT_FORMATS: dict[str, InputFormat] = {name: name for name in get_args(InputFormat)}
 _HEADER_NAME = b"idempotency-key"
@@ -60,49 +55,23 @@ async def append_and_answer(
 
 async def append_lane(request: OrjsonRequest) -> Response | None:
     """The answer to a plainly valid append, or None to leave the request to FastAPI."""
-    parameters = _parameters(request)
-    if parameters is None or not await request.body():
+    uuid = plain.task_uuid(request)
+    parameters = plain.query(request, {"input", "thread_id"})
+    if uuid is None or parameters is None or not await request.body():
         return None
-    services = request.state.services
-    await require_visible(services.db, parameters.uuid, principal_of(request))
-    return await append_and_answer(
-        services.messages,
-        parameters.uuid,
-        read_body(await request.json(), parameters.input_format),
-        parameters.idempotency_key,
-        parameters.thread_id,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Parameters:
-    uuid: str
-    input_format: InputFormat | None
-    thread_id: int
-    idempotency_key: str | None
-
-
-def _parameters(request: OrjsonRequest) -> _Parameters | None:
-    """The append's parameters, or None unless they are plainly valid."""
-    uuid = request.path_params["uuid"]
-    if _CANONICAL_UUID.fullmatch(uuid) is None:
+    if "input" in parameters and parameters["input"] not in _INPUT_FORMATS:
         return None
-    query: dict[str, str] = {}
-    if raw_query := request.scope["query_string"]:
-        pairs = parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)
-        query = dict(pairs)
-        if len(query) != len(pairs) or not query.keys() <= {"input", "thread_id"}:
-            return None
-    if "input" in query and query["input"] not in _INPUT_FORMATS:
-        return None
-    thread_id = query.get("thread_id", "0")
-    if _CANONICAL_INT.fullmatch(thread_id) is None or int(thread_id) > MAX_THREAD_ID:
-        return None
+    thread_id = plain.thread_id(parameters)
     keys = [value for name, value in request.scope["headers"] if name == _HEADER_NAME]
-    if len(keys) > 1 or (keys and not _plain_key(keys[0])):
+    if thread_id is None or len(keys) > 1 or (keys and not _plain_key(keys[0])):
         return None
-    key = keys[0].decode("ascii") if keys else None
-    return _Parameters(uuid, _INPUT_FORMATS.get(query.get("input", "")), int(thread_id), key)
+    return await append_and_answer(
+        request.state.services.messages,
+        await visible(request, uuid),
+        read_body(await request.json(), _INPUT_FORMATS.get(parameters.get("input", ""))),
+        keys[0].decode("ascii") if keys else None,
+        thread_id,
+    )
 
 
 def _plain_key(value: bytes) -> bool:

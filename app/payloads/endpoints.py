@@ -7,7 +7,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from app.api.deps import TaskUUID, ThreadID, service
 from app.api.errors import ERROR_RESPONSES
-from app.api.routing import OrjsonRoute
+from app.api.routing import OrjsonRoute, fast_lane
+from app.payloads.lane import payload_response, request_lane
 from app.payloads.schemas import ContextView, FormatName
 from app.payloads.service import PayloadService
 
@@ -68,6 +69,7 @@ _REQUEST_HEADERS = (
         }
     },
 )
+@fast_lane(request_lane)  # the common request, without FastAPI's parameter solving
 async def get_request(
     uuid: TaskUUID, payloads: PayloadsDep, format: FormatQuery = None, thread_id: ThreadID = 0
 ) -> Response:
@@ -75,10 +77,7 @@ async def get_request(
     completions (also LM Studio's), Anthropic's messages or Ollama's chat request. For a
     thread: the protected regions of the contexts above it (their latest messages, root
     first), then its own context."""
-    payload = await payloads.request(uuid, format, thread_id)
-    if isinstance(payload.body, bytes):
-        return Response(payload.body, media_type="application/json", headers=payload.headers)
-    return StreamingResponse(payload.body, media_type="application/json", headers=payload.headers)
+    return await payload_response(payloads, uuid, format, thread_id)
 
 
 @router.get(

@@ -2,25 +2,25 @@
 solving, and exactly as FastAPI answers it; any other request is FastAPI's to answer.
 
 Each case is sent twice, to two tasks made alike: once as is, and once with a query parameter
-the route does not name (``via=fastapi``), which FastAPI ignores and the lane leaves to it.
+the route does not name (``via=fastapi``), which FastAPI ignores and the lane leaves to it
+(tests/support/lanes.py).
 """
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fastapi.routing
 import httpx
 import orjson
 import pytest
-from fastapi.dependencies.utils import get_dependant, solve_dependencies
+from fastapi.dependencies.utils import get_dependant
 
 from app.config import Settings
 from app.messages.endpoints import append_messages
 from app.messages.endpoints import router as messages_router
 from tests.support.errors import assert_error
 from tests.support.files import snapshot_dir
+from tests.support.lanes import AS_FASTAPI, Answer, solved_paths
 from tests.support.tasks import create_task
 from tests.support.threads import start
 
@@ -35,7 +35,6 @@ ANTHROPIC_CALL = {
     "role": "assistant",
     "content": [{"type": "tool_use", "id": "toolu_01A", "name": "run", "input": {"cmd": "ls"}}],
 }
-AS_FASTAPI = {"via": "fastapi"}
 COMPARED_HEADERS = ("content-type", "content-length", "idempotent-replayed")
 
 
@@ -46,35 +45,10 @@ def settings(context_dir: Path) -> Settings:
 
 @pytest.fixture
 def solved(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The paths of the requests FastAPI solved a route's parameters for."""
-    paths: list[str] = []
-    original = solve_dependencies
-
-    async def solve(**kwargs: Any) -> Any:
-        paths.append(kwargs["request"].url.path)
-        return await original(**kwargs)
-
-    monkeypatch.setattr(fastapi.routing, "solve_dependencies", solve)
-    return paths
+    return solved_paths(monkeypatch)
 
 
 Append = Callable[[str, dict[str, str]], Awaitable[httpx.Response]]
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What a client sees of an answer, the task's uuid in it replaced by ``{uuid}``."""
-
-    status: int
-    body: bytes
-    headers: dict[str, str | None]
-
-    @classmethod
-    def of(cls, response: httpx.Response, uuid: str) -> "Answer":
-        headers = {name: response.headers.get(name) for name in COMPARED_HEADERS}
-        return cls(
-            response.status_code, response.content.replace(uuid.encode(), b"{uuid}"), headers
-        )
 
 
 async def both_ways(client: httpx.AsyncClient, solved: list[str], append: Append) -> list[Answer]:
@@ -84,7 +58,7 @@ async def both_ways(client: httpx.AsyncClient, solved: list[str], append: Append
     for extra in ({}, AS_FASTAPI):
         uuid = (await create_task(client, system_prompt="You are a coding agent."))["uuid"]
         solved.clear()
-        answers.append(Answer.of(await append(uuid, extra), uuid))
+        answers.append(Answer.of(await append(uuid, extra), uuid, COMPARED_HEADERS))
         assert (f"/tasks/{uuid}/messages" in solved) == bool(extra), solved
     return answers
 
@@ -200,7 +174,7 @@ async def test_the_lane_refuses_an_unknown_task_as_fastapi_does(
     full = await client.post(f"/tasks/{uuid}/messages", json=MESSAGE, params=AS_FASTAPI)
     assert solved == [f"/tasks/{uuid}/messages"]
     assert_error(lane, 404, "task_not_found")
-    assert Answer.of(lane, uuid) == Answer.of(full, uuid)
+    assert Answer.of(lane, uuid, COMPARED_HEADERS) == Answer.of(full, uuid, COMPARED_HEADERS)
     assert snapshot_dir(context_dir) == before
 
 
