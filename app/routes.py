@@ -45,6 +45,9 @@ API_ROUTERS = (
     proxy_router,
     task_proxy_router,
 )
+# What every API route depends on besides its own parameters: the bearer scheme, which only
+# documents the key (AuthMiddleware checks it). The fast lanes (app/api/routing.py) skip these.
+API_DEPENDENCIES = (Depends(BEARER),)
 # Without the API's bearer scheme: health and the index need no key (PUBLIC_PATHS); the ops
 # page's pages need an admin key (or its session cookie), its login form none.
 OPS_ROUTERS = (ops_router, ui_router, ui_login_router)
@@ -53,7 +56,7 @@ OPS_ROUTERS = (ops_router, ui_router, ui_login_router)
 def _service() -> APIRouter:
     router = APIRouter()
     for api_router in API_ROUTERS:
-        router.include_router(api_router, dependencies=[Depends(BEARER)])
+        router.include_router(api_router, dependencies=list(API_DEPENDENCIES))
     for ops in OPS_ROUTERS:
         router.include_router(ops)
     return router

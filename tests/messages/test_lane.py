@@ -13,14 +13,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from fastapi.dependencies.utils import get_dependant
 
 from app.config import Settings
 from app.messages.endpoints import append_messages
 from app.messages.endpoints import router as messages_router
 from tests.support.errors import assert_error
 from tests.support.files import snapshot_dir
-from tests.support.lanes import AS_FASTAPI, Answer, solved_paths
+from tests.support.lanes import AS_FASTAPI, Answer, assert_lane_stands_for, solved_paths
 from tests.support.tasks import create_task
 from tests.support.threads import start
 
@@ -249,9 +248,5 @@ def test_the_lane_stands_for_every_dependency_of_the_append() -> None:
     """The lane does what these do (the task visible to the caller, the service; the routers'
     bearer scheme, app/routes.py, only documents the key): a dependency added to the append
     must be added to the lane too, or the lane would skip it."""
-    dependant = get_dependant(path="/tasks/{uuid}/messages", call=append_messages)
-    assert {sub.call.__name__ for sub in dependant.dependencies if sub.call} == {
-        "task_uuid",
-        "get_messages",
-    }
-    assert messages_router.dependencies == []
+    dependencies = {"task_uuid", "get_messages"}
+    assert_lane_stands_for(append_messages, "/tasks/{uuid}/messages", messages_router, dependencies)

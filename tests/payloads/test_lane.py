@@ -5,17 +5,19 @@ Each case reads the payload of one task twice: as is, and with a query parameter
 does not name (``via=fastapi``), which the lane leaves to FastAPI (tests/support/lanes.py).
 """
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import httpx
+import orjson
 import pytest
-from fastapi.dependencies.utils import get_dependant
 
 from app.payloads.endpoints import get_request
 from app.payloads.endpoints import router as payloads_router
 from tests.support.conversations import READ_FILE_TOOL, function_call
 from tests.support.errors import assert_error
-from tests.support.lanes import AS_FASTAPI, Answer, solved_paths
+from tests.support.lanes import AS_FASTAPI, Answer, assert_lane_stands_for, solved_paths
 from tests.support.tasks import append, create_task
 from tests.support.threads import start
 
@@ -24,7 +26,6 @@ pytestmark = pytest.mark.database_agnostic
 HEADERS = (
     "content-type",
     "content-length",
-    "transfer-encoding",
     "x-context-tokens",
     "x-context-budget",
     "x-token-counter",
@@ -40,82 +41,117 @@ def solved(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return solved_paths(monkeypatch)
 
 
-async def conversation(client: httpx.AsyncClient) -> str:
-    """A task with a system prompt, a tool and a call answered; its uuid."""
+# Long enough that a payload streams (over 64 KiB) rather than going as one body.
+LONG_TEXT = "the parser test fails after the refactor of the tokenizer; " * 40
+
+
+async def conversation(client: httpx.AsyncClient, *, turns: int = 1, text: str = "a.py") -> str:
+    """A task with a system prompt, a tool and ``turns`` user turns, each answered by a call
+    and its result (``text`` in them); its uuid."""
     uuid: str = (
         await create_task(client, system_prompt="You are a coding agent.", tools=[READ_FILE_TOOL])
     )["uuid"]
-    await append(
-        client,
-        uuid,
-        {"role": "user", "content": "Fix the bug in a.py"},
-        {"role": "assistant", "content": None, "tool_calls": [function_call("call_1")]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "def main(): pass"},
-    )
+    for turn in range(turns):
+        call = f"call_{turn}"
+        await append(
+            client,
+            uuid,
+            {"role": "user", "content": f"Fix the bug in {text}"},
+            {"role": "assistant", "content": None, "tool_calls": [function_call(call)]},
+            {"role": "tool", "tool_call_id": call, "content": f"def main(): {text}"},
+        )
     return uuid
 
 
+Setup = Callable[[], Awaitable[str]]
+
+
 async def both_ways(
-    client: httpx.AsyncClient, solved: list[str], uuid: str, params: dict[str, str]
+    client: httpx.AsyncClient, solved: list[str], setup: Setup, params: dict[str, str]
 ) -> tuple[Answer, Answer]:
-    """GET /request as is, then left to FastAPI: the answers, checked to have been the lane's
+    """GET /request of a task ``setup`` makes, as is; then of another it makes, left to
+    FastAPI (each the first read of its task): the answers, checked to have been the lane's
     and FastAPI's."""
-    path = f"/tasks/{uuid}/request"
-    solved.clear()
-    lane = await client.get(path, params=params)
-    assert solved == [], solved
-    full = await client.get(path, params=params | AS_FASTAPI)
-    assert solved == [path], solved
-    return Answer.of(lane, uuid, HEADERS), Answer.of(full, uuid, HEADERS)
+    answers = []
+    for extra in ({}, AS_FASTAPI):
+        uuid = await setup()
+        path = f"/tasks/{uuid}/request"
+        solved.clear()
+        answer = await client.get(path, params=params | extra)
+        assert solved == ([path] if extra else []), solved
+        answers.append(Answer.of(answer, uuid, HEADERS))
+    return answers[0], answers[1]
 
 
 @pytest.mark.parametrize(
-    "params",
+    ("params", "turns"),
     [
-        {},
-        {"format": "openai"},
-        {"format": "lmstudio"},
-        {"format": "anthropic"},
-        {"format": "ollama"},
-        {"thread_id": "0"},
-        {"format": "anthropic", "thread_id": "0"},
+        ({}, 1),
+        ({"format": "openai"}, 1),
+        ({"format": "lmstudio"}, 1),
+        ({"format": "anthropic"}, 1),
+        ({"format": "ollama"}, 1),
+        ({"thread_id": "0"}, 1),
+        ({"format": "anthropic", "thread_id": "0"}, 1),
+        ({}, 30),
+        ({"format": "anthropic"}, 30),
     ],
-    ids=["default", "openai", "lmstudio", "anthropic", "ollama", "root", "both"],
+    ids=[
+        "default",
+        "openai",
+        "lmstudio",
+        "anthropic",
+        "ollama",
+        "root",
+        "both",
+        "streamed",
+        "streamed_anthropic",
+    ],
 )
 async def test_the_lane_serves_a_payload_as_fastapi_does(
-    client: httpx.AsyncClient, solved: list[str], params: dict[str, str]
+    client: httpx.AsyncClient, solved: list[str], params: dict[str, str], turns: int
 ) -> None:
-    uuid = await conversation(client)
-    lane, full = await both_ways(client, solved, uuid, params)
+    async def setup() -> str:
+        return await conversation(client, turns=turns, text=LONG_TEXT if turns > 1 else "a.py")
+
+    lane, full = await both_ways(client, solved, setup, params)
     assert lane.status == 200, lane
     assert lane == full
     assert lane.headers["x-context-tokens"] is not None
+    assert (lane.headers["content-length"] is None) == (turns > 1)  # streamed: no length
 
 
 async def test_the_lane_serves_a_threads_payload(
     client: httpx.AsyncClient, solved: list[str]
 ) -> None:
-    uuid = await conversation(client)
-    thread_id = (await start(client, uuid, label="fix"))["thread_id"]
-    await append(client, uuid, {"role": "user", "content": "Read a.py"}, thread_id=thread_id)
-    lane, full = await both_ways(client, solved, uuid, {"thread_id": str(thread_id)})
+    async def setup() -> str:
+        uuid = await conversation(client)
+        thread_id = (await start(client, uuid, label="fix"))["thread_id"]
+        await append(client, uuid, {"role": "user", "content": "Read a.py"}, thread_id=thread_id)
+        return uuid
+
+    lane, full = await both_ways(client, solved, setup, {"thread_id": "1"})
     assert lane.status == 200, lane
     assert lane == full
     assert lane.headers["x-thread-tokens"] is not None
 
 
-@pytest.mark.parametrize(
-    ("params", "status", "code"),
-    [({"thread_id": "7"}, 404, "thread_not_found")],
-    ids=["no_thread"],
-)
 async def test_the_lane_refuses_as_fastapi_does(
-    client: httpx.AsyncClient, solved: list[str], params: dict[str, str], status: int, code: str
+    client: httpx.AsyncClient, solved: list[str]
 ) -> None:
-    uuid = await conversation(client)
-    lane, full = await both_ways(client, solved, uuid, params)
-    assert lane == full
-    assert lane.status == status
+    async def empty(client: httpx.AsyncClient) -> str:
+        uuid: str = (await create_task(client))["uuid"]
+        return uuid
+
+    cases: list[tuple[Callable[[httpx.AsyncClient], Awaitable[str]], dict[str, str], int, str]]
+    cases = [
+        (conversation, {"thread_id": "7"}, 404, "thread_not_found"),
+        (empty, {}, 409, "context_empty"),
+    ]
+    for setup, params, status, code in cases:
+        lane, full = await both_ways(client, solved, partial(setup, client), params)
+        assert lane == full
+        assert (lane.status, orjson.loads(lane.body)["error"]["code"]) == (status, code)
 
 
 async def test_the_lane_refuses_an_unknown_task_as_fastapi_does(
@@ -162,9 +198,5 @@ async def test_any_other_request_is_fastapis_to_answer(
 def test_the_lane_stands_for_every_dependency_of_the_request() -> None:
     """The lane does what these do (the task visible to the caller; the service): a dependency
     added to the endpoint must be added to the lane too, or the lane would skip it."""
-    dependant = get_dependant(path="/tasks/{uuid}/request", call=get_request)
-    assert {sub.call.__name__ for sub in dependant.dependencies if sub.call} == {
-        "task_uuid",
-        "get_payloads",
-    }
-    assert payloads_router.dependencies == []
+    dependencies = {"task_uuid", "get_payloads"}
+    assert_lane_stands_for(get_request, "/tasks/{uuid}/request", payloads_router, dependencies)

@@ -1,13 +1,18 @@
 """The fast lanes as the tests watch them: which requests FastAPI solved the parameters of
 (the others a lane answered), and answers compared as a client sees them."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import fastapi.routing
 import httpx
 import pytest
-from fastapi.dependencies.utils import solve_dependencies
+from fastapi import APIRouter
+from fastapi.dependencies.utils import get_dependant, solve_dependencies
+
+from app import routes
+from app.auth.dependencies import BEARER
 
 # A query parameter no route names: FastAPI ignores it, a lane leaves the request to FastAPI.
 AS_FASTAPI = {"via": "fastapi"}
@@ -39,3 +44,15 @@ class Answer:
         body = response.content.replace(uuid.encode(), b"{uuid}")
         seen = {name: response.headers.get(name) for name in headers}
         return cls(response.status_code, body, seen)
+
+
+def assert_lane_stands_for(
+    endpoint: Callable[..., Any], path: str, router: APIRouter, dependencies: set[str]
+) -> None:
+    """The endpoint's dependencies are these (which its lane does too), its router adds none,
+    and the API's routers are included with the bearer scheme alone (which only documents the
+    key): a dependency added anywhere on the way fails here, for the lane would skip it."""
+    dependant = get_dependant(path=path, call=endpoint)
+    assert {sub.call.__name__ for sub in dependant.dependencies if sub.call} == dependencies
+    assert router.dependencies == []
+    assert [depends.dependency for depends in routes.API_DEPENDENCIES] == [BEARER]
