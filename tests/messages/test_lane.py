@@ -6,7 +6,6 @@ the route does not name (``via=fastapi``), which FastAPI ignores and the lane le
 (tests/support/lanes.py).
 """
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,10 @@ import pytest
 from app.config import Settings
 from app.messages.endpoints import append_messages
 from app.messages.endpoints import router as messages_router
+from tests.support import lanes
 from tests.support.errors import assert_error
 from tests.support.files import snapshot_dir
-from tests.support.lanes import AS_FASTAPI, Answer, assert_lane_stands_for, solved_paths
+from tests.support.lanes import AS_FASTAPI, Answer, Send, assert_lane_stands_for, solved_paths
 from tests.support.tasks import create_task
 from tests.support.threads import start
 
@@ -47,19 +47,16 @@ def solved(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return solved_paths(monkeypatch)
 
 
-Append = Callable[[str, dict[str, str]], Awaitable[httpx.Response]]
+async def both_ways(
+    client: httpx.AsyncClient, solved: list[str], append: Send
+) -> tuple[Answer, Answer]:
+    """``append`` to a new task as is, then to another left to FastAPI (tests/support/lanes.py)."""
 
+    async def setup() -> str:
+        uuid: str = (await create_task(client, system_prompt="You are a coding agent."))["uuid"]
+        return uuid
 
-async def both_ways(client: httpx.AsyncClient, solved: list[str], append: Append) -> list[Answer]:
-    """``append`` to a new task as is, then to another with ``via=fastapi``: the two answers,
-    the first checked to have been the lane's and the second FastAPI's."""
-    answers = []
-    for extra in ({}, AS_FASTAPI):
-        uuid = (await create_task(client, system_prompt="You are a coding agent."))["uuid"]
-        solved.clear()
-        answers.append(Answer.of(await append(uuid, extra), uuid, COMPARED_HEADERS))
-        assert (f"/tasks/{uuid}/messages" in solved) == bool(extra), solved
-    return answers
+    return await lanes.both_ways(solved, setup, append, "/tasks/{uuid}/messages", COMPARED_HEADERS)
 
 
 def poster(
@@ -68,7 +65,7 @@ def poster(
     params: dict[str, str] | None = None,
     headers: dict[str, str] | None = None,
     times: int = 1,
-) -> Append:
+) -> Send:
     """An append of ``body`` (sent ``times`` times: the last answer counts)."""
 
     async def append(uuid: str, extra: dict[str, str]) -> httpx.Response:

@@ -15,9 +15,10 @@ import pytest
 
 from app.payloads.endpoints import get_request
 from app.payloads.endpoints import router as payloads_router
+from tests.support import lanes
 from tests.support.conversations import READ_FILE_TOOL, function_call
 from tests.support.errors import assert_error
-from tests.support.lanes import AS_FASTAPI, Answer, assert_lane_stands_for, solved_paths
+from tests.support.lanes import AS_FASTAPI, Answer, Setup, assert_lane_stands_for, solved_paths
 from tests.support.tasks import append, create_task
 from tests.support.threads import start
 
@@ -63,24 +64,16 @@ async def conversation(client: httpx.AsyncClient, *, turns: int = 1, text: str =
     return uuid
 
 
-Setup = Callable[[], Awaitable[str]]
-
-
 async def both_ways(
     client: httpx.AsyncClient, solved: list[str], setup: Setup, params: dict[str, str]
 ) -> tuple[Answer, Answer]:
-    """GET /request of a task ``setup`` makes, as is; then of another it makes, left to
-    FastAPI (each the first read of its task): the answers, checked to have been the lane's
-    and FastAPI's."""
-    answers = []
-    for extra in ({}, AS_FASTAPI):
-        uuid = await setup()
-        path = f"/tasks/{uuid}/request"
-        solved.clear()
-        answer = await client.get(path, params=params | extra)
-        assert solved == ([path] if extra else []), solved
-        answers.append(Answer.of(answer, uuid, HEADERS))
-    return answers[0], answers[1]
+    """GET /request of a task ``setup`` makes, as is; then of another, left to FastAPI (each
+    the first read of its task; tests/support/lanes.py)."""
+
+    async def read(uuid: str, extra: dict[str, str]) -> httpx.Response:
+        return await client.get(f"/tasks/{uuid}/request", params=params | extra)
+
+    return await lanes.both_ways(solved, setup, read, "/tasks/{uuid}/request", HEADERS)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """The fast lanes as the tests watch them: which requests FastAPI solved the parameters of
 (the others a lane answered), and answers compared as a client sees them."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,9 @@ from app.auth.dependencies import BEARER
 
 # A query parameter no route names: FastAPI ignores it, a lane leaves the request to FastAPI.
 AS_FASTAPI = {"via": "fastapi"}
+
+Setup = Callable[[], Awaitable[str]]  # makes a task; its uuid
+Send = Callable[[str, dict[str, str]], Awaitable[httpx.Response]]  # (uuid, extra query)
 
 
 def solved_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -56,3 +59,19 @@ def assert_lane_stands_for(
     assert {sub.call.__name__ for sub in dependant.dependencies if sub.call} == dependencies
     assert router.dependencies == []
     assert [depends.dependency for depends in routes.API_DEPENDENCIES] == [BEARER]
+
+
+async def both_ways(
+    solved: list[str], setup: Setup, send: Send, path: str, headers: tuple[str, ...]
+) -> tuple[Answer, Answer]:
+    """``send`` to a task ``setup`` makes, as is; then to another it makes, with AS_FASTAPI in
+    its query: the two answers, checked to have been the lane's and FastAPI's (by whether
+    FastAPI solved ``path``, a template of ``{uuid}``)."""
+    answers = []
+    for extra in ({}, AS_FASTAPI):
+        uuid = await setup()
+        solved.clear()
+        response = await send(uuid, extra)
+        assert (path.format(uuid=uuid) in solved) == bool(extra), solved
+        answers.append(Answer.of(response, uuid, headers))
+    return answers[0], answers[1]
