@@ -191,6 +191,14 @@ class StorageSettings(_Group):
         "read of the task). 0: in the append's own transaction.",
     )
     io_threads: int = Field(16, ge=2, description="Threads for blocking file I/O.")
+    inline_file_work_ms: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="An append of small messages does its file work (write, fsync) on the event "
+        "loop while that takes at most this long, and in a worker thread for a while after it "
+        "took longer (a slow or shared disk). 0: always in a worker thread.",
+    )
     ready_min_free_bytes: int = Field(
         32 * MiB,
         ge=0,
@@ -507,6 +515,7 @@ LEGACY_ENV: dict[str, tuple[str, str]] = {
     "FSYNC": ("storage", "fsync"),
     "HEAD_FLUSH_MS": ("storage", "head_flush_ms"),
     "IO_THREADS": ("storage", "io_threads"),
+    "INLINE_FILE_WORK_MS": ("storage", "inline_file_work_ms"),
     "READY_MIN_FREE_BYTES": ("storage", "ready_min_free_bytes"),
     "WAL_CHECKPOINT_INTERVAL_S": ("storage", "wal_checkpoint_interval_s"),
     "DEFAULT_CONTEXT_LENGTH": ("compaction", "default_context_length"),

@@ -42,6 +42,7 @@ from bench.harness import (
 AGENTS = (1, 8, 32, 128)
 MESSAGE = "the parser test fails after the refactor of the tokenizer; trying a smaller fix " * 3
 WINDOW = 1_000_000  # no compaction during the run
+JSON_HEADERS = {"content-type": "application/json"}
 
 
 @dataclass
@@ -68,25 +69,25 @@ class Load:
 
 
 async def drive(
-    service: Service, requests: Sequence[tuple[str, str, dict[str, Any] | None]], seconds: float
+    service: Service, requests: Sequence[tuple[str, str, bytes | None]], seconds: float
 ) -> Load:
-    """One agent per (method, path, body), each sending its request again and again: two
+    """One agent per (method, path, JSON body), each sending its request again and again: two
     untimed, then timed for ``seconds`` (all agents start the timed part together), over
-    connections of their own."""
+    connections of their own. Bodies come encoded: the load generator shares the machine with
+    the service, and what it spends on a request is taken from the service."""
     me = psutil.Process()
     latencies: list[float] = []
     ready = asyncio.Barrier(len(requests) + 1)
     stop = asyncio.Event()
 
-    async def agent(
-        client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None
-    ) -> None:
+    async def agent(client: httpx.AsyncClient, method: str, path: str, body: bytes | None) -> None:
+        headers = None if body is None else JSON_HEADERS
         for _ in range(2):
-            (await client.request(method, path, json=body)).raise_for_status()
+            (await client.request(method, path, content=body, headers=headers)).raise_for_status()
         await ready.wait()
         while not stop.is_set():
             started = time.perf_counter()
-            response = await client.request(method, path, json=body)
+            response = await client.request(method, path, content=body, headers=headers)
             latencies.append(time.perf_counter() - started)
             response.raise_for_status()
 
@@ -174,12 +175,12 @@ async def measure_service(
     ``slices`` turns (healthz, own tasks, one task, again): this machine's speed drifts by tens
     of percent within a minute, and a ratio of two cases holds only if both saw the same."""
     rows = []
-    body = {"role": "user", "content": MESSAGE}
+    body = orjson.dumps({"role": "user", "content": MESSAGE})
     for count in agents:
         with http_client(service) as setup:
             own = [create_task(setup, WINDOW) for _ in range(count)]
             shared = create_task(setup, WINDOW)
-        cases: dict[str, list[tuple[str, str, dict[str, Any] | None]]] = {
+        cases: dict[str, list[tuple[str, str, bytes | None]]] = {
             "GET /healthz": [("GET", "/healthz", None)] * count,
             "append, own tasks": [("POST", f"/tasks/{uuid}/messages", body) for uuid in own],
             "append, one task": [("POST", f"/tasks/{shared}/messages", body)] * count,

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -55,11 +56,11 @@ MARKER = b'"marker":'  # cheap pre-filter: only lines holding it can be marker r
 class ContextFiles:
     directory: Path
 
-    @property
+    @cached_property
     def messages(self) -> Path:
         return self.directory / MESSAGES
 
-    @property
+    @cached_property
     def current(self) -> Path:
         return self.directory / CURRENT
 

@@ -150,7 +150,10 @@ def write_appends(
         return None
     registered = known_keys()  # before any repair: a failed read leaves the files alone
     require_metadata(task_dir)
-    recovery = recover(files, head, fsync=fsync, where=where)
+    # Files in agreement with the head: nothing to recover (and no second look at their sizes).
+    recovery = (
+        Recovery(head=head) if only_if_agreed else recover(files, head, fsync=fsync, where=where)
+    )
     known = registered | {r.key: r for r in recovery.idempotent_results}
     accumulator = ContextAccumulator(recovery.head)
     costs = counting.costs(token_counter)  # here: loading one blocks

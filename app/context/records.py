@@ -9,7 +9,7 @@ The current line of a record is the message in OpenAI's request shape, one line 
 ``current.jsonl``; a payload is those lines joined.
 """
 
-import copy
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -90,6 +90,14 @@ class HeadState:
         """The context's tokens as ``fmt`` ("openai", "anthropic", "ollama") renders it."""
         return in_format(self.context_tokens, self.format_tokens, fmt)
 
+    def copy(self) -> "HeadState":
+        """A copy whose list and dict change apart from this one's."""
+        return dataclasses.replace(
+            self,
+            open_tool_calls=[list(call) for call in self.open_tool_calls],
+            format_tokens=dict(self.format_tokens),
+        )
+
     def add_tokens(self, record: dict[str, Any]) -> None:
         self.format_tokens = {
             fmt: self.tokens(fmt) + record_tokens(record, fmt) for fmt in OTHER_FORMATS
@@ -155,7 +163,7 @@ class ContextAccumulator:
     """Advances a head record by record; validates new messages before admitting them."""
 
     def __init__(self, head: HeadState) -> None:
-        self.head = copy.deepcopy(head)
+        self.head = head.copy()
         self.stats = StatsDelta()
 
     def admit(self, record: dict[str, Any], record_line: bytes) -> bytes:
@@ -181,7 +189,7 @@ class ContextAccumulator:
         idempotency_key: str | None = None,
     ) -> list[tuple[dict[str, Any], bytes]]:
         """Turn a batch into records, all or nothing; raises before admitting any of them."""
-        open_calls = copy.deepcopy(self.head.open_tool_calls)
+        open_calls = [list(call) for call in self.head.open_tool_calls]
         prepared = []
         for index, fields in enumerate(messages):
             record = {"seq": self.head.last_seq + index + 1, **fields}

@@ -1,0 +1,140 @@
+"""Small file work runs on the event loop while it is quick there, in a worker thread when the
+caller keeps it off the loop, and in worker threads for a while after it was slow: a stall, or
+a disk gone slow, must not keep blocking every request of the process."""
+
+import logging
+import threading
+
+import pytest
+
+from app.storage.file_work import FIRST_BACKOFF_S, MAX_BACKOFF_S, FileWork
+
+LIMIT_S = 0.001
+
+
+class Clock:
+    """Time that passes only when a test says so (work "takes" what it adds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def taking(clock: Clock, seconds: float) -> threading.Thread:
+    """Work that takes ``seconds`` and tells which thread ran it."""
+    clock.now += seconds
+    return threading.current_thread()
+
+
+async def runs_on_the_loop(work: FileWork, clock: Clock, seconds: float = 0.0002) -> bool:
+    """Runs work of ``seconds`` that may block the loop; whether it ran there."""
+    ran_on = await work.run(lambda: taking(clock, seconds), may_block_loop=True)
+    return ran_on is threading.current_thread()
+
+
+async def test_quick_work_runs_on_the_loop_and_is_counted() -> None:
+    work = FileWork(LIMIT_S)
+    loop_thread = threading.current_thread()
+    for _ in range(3):
+        assert await work.run(threading.current_thread, may_block_loop=True) is loop_thread
+    assert (work.inline_runs, work.thread_runs) == (3, 0)
+
+
+async def test_work_the_caller_keeps_off_the_loop_runs_in_a_worker_thread() -> None:
+    work = FileWork(LIMIT_S)
+    ran_on = await work.run(threading.current_thread, may_block_loop=False)
+    assert ran_on is not threading.current_thread()
+    assert (work.inline_runs, work.thread_runs) == (0, 1)
+
+
+async def test_a_limit_of_zero_keeps_all_work_in_worker_threads() -> None:
+    work = FileWork(0)
+    assert not work.on_loop_now()
+    ran_on = await work.run(threading.current_thread, may_block_loop=True)
+    assert ran_on is not threading.current_thread()
+
+
+async def test_a_stall_sends_work_to_threads_for_a_second_then_back_to_the_loop() -> None:
+    clock = Clock()
+    work = FileWork(LIMIT_S, clock)
+    assert await runs_on_the_loop(work, clock)
+    assert await runs_on_the_loop(work, clock, seconds=0.05)  # ran there, and stalled it
+    assert not work.on_loop_now()
+    assert not await runs_on_the_loop(work, clock)
+    clock.now += FIRST_BACKOFF_S - 0.01
+    assert not await runs_on_the_loop(work, clock)
+    clock.now += 0.02
+    assert await runs_on_the_loop(work, clock)
+    assert work.on_loop_now()
+
+
+async def test_a_rare_slow_run_keeps_the_loop_and_slow_runs_in_a_row_leave_it() -> None:
+    """A run of three limits (the process preempted once) changes little; a disk whose work
+    now takes three limits every time is off the loop after a few runs."""
+    clock = Clock()
+    work = FileWork(LIMIT_S, clock)
+    for _ in range(20):
+        assert await runs_on_the_loop(work, clock)
+    assert await runs_on_the_loop(work, clock, seconds=3 * LIMIT_S)
+    assert work.on_loop_now()
+    slow_runs = 0
+    while work.on_loop_now():
+        assert await runs_on_the_loop(work, clock, seconds=3 * LIMIT_S)
+        slow_runs += 1
+    assert 2 <= slow_runs <= 10
+
+
+async def test_stalls_close_together_keep_work_in_threads_longer_up_to_a_cap() -> None:
+    clock = Clock()
+    work = FileWork(LIMIT_S, clock)
+    expected = FIRST_BACKOFF_S
+    for _ in range(10):
+        assert await runs_on_the_loop(work, clock, seconds=0.05)
+        stalled_at = clock.now
+        clock.now = stalled_at + expected - 0.001
+        assert not work.on_loop_now()
+        clock.now = stalled_at + expected
+        assert work.on_loop_now()
+        expected = min(expected * 2, MAX_BACKOFF_S)
+    assert expected == MAX_BACKOFF_S
+
+
+async def test_a_stall_after_a_long_quick_time_starts_again_from_a_second() -> None:
+    clock = Clock()
+    work = FileWork(LIMIT_S, clock)
+    for _ in range(3):  # three stalls in a row: 1, 2 then 4 s in threads
+        await runs_on_the_loop(work, clock, seconds=0.05)
+        clock.now += 60
+    clock.now += MAX_BACKOFF_S + 1
+    await runs_on_the_loop(work, clock, seconds=0.05)
+    clock.now += FIRST_BACKOFF_S
+    assert work.on_loop_now()
+
+
+async def test_an_error_of_the_work_is_raised_and_its_time_still_counts() -> None:
+    clock = Clock()
+    work = FileWork(LIMIT_S, clock)
+
+    def failing() -> None:
+        clock.now += 0.05
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        await work.run(failing, may_block_loop=True)
+    assert not work.on_loop_now()
+    with pytest.raises(OSError, match="No space left"):
+        await work.run(failing, may_block_loop=True)  # now in a worker thread, the same error
+
+
+async def test_leaving_the_loop_is_logged_with_the_time_it_took(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    work = FileWork(LIMIT_S, clock)
+    with caplog.at_level(logging.INFO, logger="app.storage.file_work"):
+        await runs_on_the_loop(work, clock, seconds=0.05)
+    [record] = caplog.records
+    assert "on average (limit 1.00)" in record.getMessage()
+    assert "in worker threads for 1 s" in record.getMessage()
