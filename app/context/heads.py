@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Update, and_, bindparam, select, update
+from sqlalchemy import Insert, Update, and_, bindparam, select, update
 from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -100,6 +101,21 @@ _THREAD_COUNT = (
     .where(THREADS.c.task_uuid == bindparam("b_task"), THREADS.c.thread_id == bindparam("b_thread"))
     .values(message_count=THREADS.c.message_count + bindparam("b_messages"))
 )
+
+
+def _key_upsert(insert: postgresql.Insert | sqlite.Insert) -> Insert:
+    """Keys inserted, a key already there replaced (as merging its row would)."""
+    return insert.on_conflict_do_update(
+        index_elements=[KEYS.c.task_uuid, KEYS.c.key],
+        set_={name: insert.excluded[name] for name in ("request_hash", "response", "created_at")},
+    )
+
+
+# By dialect: SQL has no portable upsert.
+_KEY_UPSERTS = {
+    "postgresql": _key_upsert(postgresql.insert(KEYS)),
+    "sqlite": _key_upsert(sqlite.insert(KEYS)),
+}
 
 
 def head_state(row: ContextHead) -> HeadState:
@@ -229,7 +245,7 @@ async def commit_head(
             .where(THREADS.c.task_uuid == task_uuid, THREADS.c.thread_id == thread_id)
             .values(**thread_values)
         )
-    await _register_keys(session, task_uuid, keys, now)
+    await _register_keys(session, [(task_uuid, key, now) for key in keys])
 
 
 async def write_pending(
@@ -282,9 +298,14 @@ async def write_pending(
                 for key, entry in threads
             ],
         )
-    for (task_uuid, _), entry in written:
-        if entry.keys:
-            await _register_keys(session, task_uuid, list(entry.keys.values()), entry.updated_at)
+    await _register_keys(
+        session,
+        [
+            (task_uuid, key, entry.updated_at or datetime.now(UTC))
+            for (task_uuid, _), entry in written
+            for key in entry.keys.values()
+        ],
+    )
     return written
 
 
@@ -358,15 +379,22 @@ def _head_update(task_uuid: str, thread_id: int, head: HeadState) -> Update:
 
 
 async def _register_keys(
-    session: AsyncSession, task_uuid: str, keys: list[IdempotentResult], now: datetime | None
+    session: AsyncSession, keys: list[tuple[str, IdempotentResult, datetime]]
 ) -> None:
-    for result in keys:
-        await session.merge(
-            IdempotencyKey(
-                task_uuid=task_uuid,
-                key=result.key,
-                request_hash=result.request_hash,
-                response=result.response,
-                created_at=now or datetime.now(UTC),
-            )
-        )
+    """Register (task, key, when) in one executemany."""
+    if not keys:
+        return
+    connection = await session.connection()
+    await connection.execute(
+        _KEY_UPSERTS[connection.dialect.name],
+        [
+            {
+                "task_uuid": task_uuid,
+                "key": result.key,
+                "request_hash": result.request_hash,
+                "response": result.response,
+                "created_at": created_at,
+            }
+            for task_uuid, result, created_at in keys
+        ],
+    )

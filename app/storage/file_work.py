@@ -25,9 +25,11 @@ log = logging.getLogger(__name__)
 # runs of a disk gone slow move it over.
 SMOOTHING = 0.1
 # Once the average is over the limit: threads for this long, then the loop again with the
-# average at its start. A trip within MAX_BACKOFF_S of the last one doubles it, up to that cap.
+# average at its start. Over it again within AGAIN_WITHIN_S of that return (the disk is still
+# slow): twice as long, up to the cap. Later (a stall now and then): the first time again.
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
+AGAIN_WITHIN_S = 10.0
 
 
 class FileWork:
@@ -66,7 +68,7 @@ class FileWork:
         if self._average_s <= self.limit_s:
             return
         now = self._clock()
-        if now - self._threads_until > MAX_BACKOFF_S:  # quick for long: not a slow disk's trips
+        if now - self._threads_until > AGAIN_WITHIN_S:
             self._backoff_s = FIRST_BACKOFF_S
         log.info(
             "file work on the event loop took %.2f ms on average (limit %.2f): "

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from app.storage.file_work import FIRST_BACKOFF_S, MAX_BACKOFF_S, FileWork
+from app.storage.file_work import AGAIN_WITHIN_S, FIRST_BACKOFF_S, MAX_BACKOFF_S, FileWork
 
 LIMIT_S = 0.001
 
@@ -101,13 +101,19 @@ async def test_stalls_close_together_keep_work_in_threads_longer_up_to_a_cap() -
     assert expected == MAX_BACKOFF_S
 
 
-async def test_a_stall_after_a_long_quick_time_starts_again_from_a_second() -> None:
+async def test_stalls_now_and_then_each_send_work_to_threads_for_a_second() -> None:
+    """A stall well after the work came back to the loop is not a disk still slow."""
     clock = Clock()
     work = FileWork(LIMIT_S, clock)
-    for _ in range(3):  # three stalls in a row: 1, 2 then 4 s in threads
+    for _ in range(5):
+        assert await runs_on_the_loop(work, clock, seconds=0.05)
+        clock.now += FIRST_BACKOFF_S
+        assert work.on_loop_now()
+        clock.now += AGAIN_WITHIN_S + 1
+    for _ in range(3):  # three stalls on return: 1, 2 then 4 s in threads
         await runs_on_the_loop(work, clock, seconds=0.05)
-        clock.now += 60
-    clock.now += MAX_BACKOFF_S + 1
+        clock.now += 4
+    clock.now += AGAIN_WITHIN_S + 1
     await runs_on_the_loop(work, clock, seconds=0.05)
     clock.now += FIRST_BACKOFF_S
     assert work.on_loop_now()
