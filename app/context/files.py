@@ -1,5 +1,5 @@
-"""A context's files and their crash recovery. Blocking: run in a worker thread, under the
-task lock.
+"""A context's files and their crash recovery. Blocking: run in a worker thread (or, for an
+append's small write, on the event loop: app.storage.file_work), under the task lock.
 
 The committed head (a DB row) says how many bytes of ``messages.jsonl`` and ``current.jsonl``
 are acknowledged. After a crash the files can be longer (records fsynced but not committed,

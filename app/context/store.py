@@ -380,7 +380,7 @@ class ContextStore:
         """The root of a locked task from this process's copy of its row, if that is recent.
         Whether it is still true (the task's directory where a running task's is, the files the
         size of its head: no other process wrote since) the append's write checks, in the same
-        worker-thread call (:class:`_RowOutOfDate`)."""
+        blocking call (:class:`_RowOutOfDate`)."""
         row = self._rows.get(task_uuid)
         if row is None or time.monotonic() - row.read_at > REMEMBERED_ROW_S:
             return None
@@ -747,9 +747,10 @@ class ContextStore:
         self, locked: LockedTask, keys: list[str]
     ) -> Callable[[], dict[str, IdempotentResult]]:
         """Which of a group's ``keys`` the context has registered: the database's, then this
-        process's pending ones, as a function the group's worker thread calls. On SQLite the
-        database is read there, through a blocking connection: through aiosqlite the read
-        cost a keyed append more CPU than the rest of its commit (its thread hand-offs)."""
+        process's pending ones, as a function the group's blocking call makes (in a worker
+        thread, then). On SQLite the database is read there, through a blocking connection:
+        through aiosqlite the read cost a keyed append more CPU than the rest of its commit
+        (its thread hand-offs)."""
         if not keys:
             return dict
         task_uuid = locked.task.uuid
