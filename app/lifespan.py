@@ -113,6 +113,7 @@ def build_services(
         counting=counting,
         settings=settings,
         on_damaged_files=metrics.damaged_files.inc,
+        on_file_work=metrics.file_work_ran,
         after_commit=after_commit,
         processes=summary_processes,
     )

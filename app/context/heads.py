@@ -103,18 +103,16 @@ _THREAD_COUNT = (
 )
 
 
-def _key_upsert(insert: postgresql.Insert | sqlite.Insert) -> Insert:
-    """Keys inserted, a key already there replaced (as merging its row would)."""
-    return insert.on_conflict_do_update(
-        index_elements=[KEYS.c.task_uuid, KEYS.c.key],
-        set_={name: insert.excluded[name] for name in ("request_hash", "response", "created_at")},
-    )
+def _key_insert(insert: postgresql.Insert | sqlite.Insert) -> Insert:
+    """Keys inserted; a key already there keeps its row: its first answer, the one a replay
+    repeats."""
+    return insert.on_conflict_do_nothing(index_elements=[KEYS.c.task_uuid, KEYS.c.key])
 
 
-# By dialect: SQL has no portable upsert.
-_KEY_UPSERTS = {
-    "postgresql": _key_upsert(postgresql.insert(KEYS)),
-    "sqlite": _key_upsert(sqlite.insert(KEYS)),
+# By dialect: SQL has no portable way to skip a row already there.
+_KEY_INSERTS = {
+    "postgresql": _key_insert(postgresql.insert(KEYS)),
+    "sqlite": _key_insert(sqlite.insert(KEYS)),
 }
 
 
@@ -386,7 +384,7 @@ async def _register_keys(
         return
     connection = await session.connection()
     await connection.execute(
-        _KEY_UPSERTS[connection.dialect.name],
+        _KEY_INSERTS[connection.dialect.name],
         [
             {
                 "task_uuid": task_uuid,

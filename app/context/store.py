@@ -54,6 +54,7 @@ from app.context.group_commit import (
     FollowUp,
     GroupOutcome,
     PendingAppend,
+    is_small,
     resolve,
     write_appends,
 )
@@ -85,7 +86,7 @@ from app.errors import (
 )
 from app.formats.costs import TokenCosts, TokenCounting
 from app.storage.failures import storage_failure
-from app.storage.file_work import FileWork
+from app.storage.file_work import FileWork, RanOn
 from app.storage.jsonl import (
     CHUNK,
     first_damaged_line,
@@ -167,10 +168,6 @@ class Snapshot:
 # against the task's directory), so appends close together (a call and its result) read once.
 REMEMBERED_ROW_S = 1.0
 
-# A group of appends whose messages serialise to at most this may do its file work on the
-# event loop (see app.storage.file_work): counting tokens costs ~35 us per KiB.
-SMALL_GROUP_BYTES = 8 * 1024
-
 
 class _RowOutOfDate(Exception):
     """The files of a task no longer agree with this process's copy of its row."""
@@ -201,6 +198,7 @@ class ContextStore:
         counting: TokenCounting,
         settings: Settings,
         on_damaged_files: Callable[[], None] | None = None,
+        on_file_work: Callable[[RanOn], None] | None = None,
         after_commit: AfterCommit | None = None,
         processes: CpuProcesses | None = None,
     ) -> None:
@@ -214,7 +212,7 @@ class ContextStore:
             smoothing=settings.calibration.smoothing,
         )
         self.fsync = settings.storage.fsync == "always"
-        self.file_work = FileWork(settings.storage.inline_file_work_ms / 1000)
+        self.file_work = FileWork(settings.storage.inline_file_work_ms / 1000, on_run=on_file_work)
         self.write_behind = WriteBehind(
             db=db,
             locks=locks,
@@ -329,11 +327,7 @@ class ContextStore:
             )
         if remember and task.status == "running" and not thread_id:
             # A copy: the head handed to the lock's holder is its own.
-            committed = dataclasses.replace(
-                head,
-                open_tool_calls=list(head.open_tool_calls),
-                format_tokens=dict(head.format_tokens),
-            )
+            committed = head.copy()
             self._rows[task_uuid] = _RememberedRow(task, committed, time.monotonic())
         return LockedTask(
             task, self._over_committed(task_uuid, thread_id, head), thread_id, threads
@@ -703,7 +697,7 @@ class ContextStore:
                 fsync=self.fsync,
                 only_if_agreed=locked.from_memory,
             ),
-            may_block_loop=self._small_file_work(locked, group, keys),
+            may_block_loop=self._may_block_loop(locked, group, keys),
         )
         if outcome is None:
             raise _RowOutOfDate
@@ -727,21 +721,21 @@ class ContextStore:
             resolve(group, FollowUp())
         return outcome.head
 
-    def _small_file_work(
+    def _may_block_loop(
         self, locked: LockedTask, group: list[PendingAppend], keys: list[str]
     ) -> bool:
         """Whether a group's file work is only a few syscalls on small data, fit for the event
-        loop: its files are checked against this process's own head (a repair may read a whole
-        file), no database is read with it (a key's lookup on SQLite is), and its messages are
-        small (counting a long one's tokens takes milliseconds)."""
-        if not locked.from_memory or (keys and self.db.blocking_reader is not None):
-            return False
-        size = 0
-        for pending in group:
-            size += len(orjson.dumps(pending.messages))
-            if size > SMALL_GROUP_BYTES:
-                return False
-        return True
+        loop (while that stays quick there): its files are checked against this process's own
+        head (a repair may read a whole file), no database is read with it (a key's lookup on
+        SQLite is), its token counter is loaded, and its messages are small (counting a long
+        one's tokens takes milliseconds)."""
+        return (
+            self.file_work.on_loop_now()
+            and locked.from_memory
+            and not (keys and self.db.blocking_reader is not None)
+            and self.counting.loaded(locked.task.token_counter)
+            and is_small(group)
+        )
 
     async def _known_keys(
         self, locked: LockedTask, keys: list[str]

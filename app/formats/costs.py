@@ -69,5 +69,9 @@ class TokenCounting:
             costs = self._costs[counter_name] = TokenCosts(counter_for("", counter_name))
         return costs
 
+    def loaded(self, counter_name: str) -> bool:
+        """Whether :meth:`costs` has this counter at hand (otherwise it loads it: blocking)."""
+        return counter_name in self._costs
+
     def counter(self, counter_name: str) -> TextCounter:
         return self.costs(counter_name).counter

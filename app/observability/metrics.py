@@ -66,6 +66,16 @@ class Metrics:
         self.messages = Counter(
             "context_messages_appended", "Messages committed by appends.", registry=r
         )
+        self.append_file_work = Counter(
+            "context_append_file_work",
+            "Appends' file work (write, fsync) by where it ran: event_loop while the disk is "
+            "quick (INLINE_FILE_WORK_MS), worker_thread otherwise.",
+            ["where"],
+            registry=r,
+        )
+        self._file_work_runs = {
+            where: self.append_file_work.labels(where) for where in ("event_loop", "worker_thread")
+        }
         self.damaged_files = Counter(
             "context_damaged_files",
             "Accesses refused because a context's messages.jsonl has lost committed bytes "
@@ -108,6 +118,9 @@ class Metrics:
 
     def appended(self, messages: int) -> None:
         self.messages.inc(messages)
+
+    def file_work_ran(self, where: str) -> None:
+        self._file_work_runs[where].inc()
 
     def compaction(self, kind: str, seconds: float) -> None:
         self.compactions.labels(kind).inc()

@@ -14,15 +14,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
+RanOn = Literal["event_loop", "worker_thread"]
 
 log = logging.getLogger(__name__)
 
 # The work's duration on the loop is followed as a moving average, which starts at half the
-# limit: a rare slow run (the process preempted) moves it little, a stall of ~5 limits or a few
-# runs of a disk gone slow move it over.
+# limit: a rare slow run (the process preempted) moves it little; one stall of ~6-8 limits, or
+# a few runs of a disk gone slow, move it over. The stall itself has blocked the loop by then.
 SMOOTHING = 0.1
 # Once the average is over the limit: threads for this long, then the loop again with the
 # average at its start. Over it again within AGAIN_WITHIN_S of that return (the disk is still
@@ -34,16 +35,21 @@ AGAIN_WITHIN_S = 10.0
 
 class FileWork:
     """Runs blocking file work on the event loop (when the caller says it may and recent work
-    there was quick) or in a worker thread. ``limit_s`` 0: always a worker thread."""
+    there was quick) or in a worker thread. ``limit_s`` 0: always a worker thread. ``on_run``
+    learns where each run went (the service counts them in its metrics)."""
 
-    def __init__(self, limit_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limit_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        on_run: Callable[[RanOn], None] | None = None,
+    ) -> None:
         self.limit_s = limit_s
         self._clock = clock
+        self._on_run = on_run
         self._threads_until = 0.0
         self._backoff_s = FIRST_BACKOFF_S
         self._average_s = limit_s / 2
-        self.inline_runs = 0
-        self.thread_runs = 0
 
     def on_loop_now(self) -> bool:
         """Whether work the caller may run on the loop would run there now."""
@@ -54,14 +60,18 @@ class FileWork:
         syscalls on small data, nothing that waits for a lock or a network) and
         :meth:`on_loop_now`; in a worker thread otherwise."""
         if not (may_block_loop and self.on_loop_now()):
-            self.thread_runs += 1
+            self._ran("worker_thread")
             return await asyncio.to_thread(work)
-        self.inline_runs += 1
+        self._ran("event_loop")
         started = self._clock()
         try:
             return work()
         finally:
             self._took(self._clock() - started)
+
+    def _ran(self, where: RanOn) -> None:
+        if self._on_run is not None:
+            self._on_run(where)
 
     def _took(self, seconds: float) -> None:
         self._average_s += SMOOTHING * (seconds - self._average_s)

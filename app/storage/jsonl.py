@@ -1,6 +1,7 @@
 """JSON Lines files: durable appends, torn-tail repair, seq lookup and bounded streaming.
 
-All functions here block; callers run them in a worker thread.
+All functions here block; callers run them in a worker thread, or on the event loop when
+they are known to be quick (app.storage.file_work).
 """
 
 import logging

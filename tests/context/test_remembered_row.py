@@ -15,6 +15,14 @@ from tests.support.server import assert_seqs_contiguous
 from tests.support.tasks import all_messages, new_task, post_messages
 
 
+@pytest.fixture
+def settings(context_dir: Path) -> Settings:
+    """Appends close together write from the event loop whatever the disk does (a limit no
+    slow write reaches): the check that the files are still the size of this process's head
+    runs there, and its refusal sends the append back to read the row."""
+    return Settings(context_dir=context_dir, storage={"inline_file_work_ms": 100})
+
+
 @pytest.fixture(autouse=True)
 def rows_remembered_long(monkeypatch: pytest.MonkeyPatch) -> None:
     """However slow the machine, every append here within a minute of the app's last one

@@ -7,7 +7,13 @@ import threading
 
 import pytest
 
-from app.storage.file_work import AGAIN_WITHIN_S, FIRST_BACKOFF_S, MAX_BACKOFF_S, FileWork
+from app.storage.file_work import (
+    AGAIN_WITHIN_S,
+    FIRST_BACKOFF_S,
+    MAX_BACKOFF_S,
+    FileWork,
+    RanOn,
+)
 
 LIMIT_S = 0.001
 
@@ -34,23 +40,24 @@ async def runs_on_the_loop(work: FileWork, clock: Clock, seconds: float = 0.0002
     return ran_on is threading.current_thread()
 
 
-async def test_quick_work_runs_on_the_loop_and_is_counted() -> None:
-    work = FileWork(LIMIT_S)
-    loop_thread = threading.current_thread()
+async def test_quick_work_runs_on_the_loop_and_says_so() -> None:
+    clock, runs = Clock(), list[RanOn]()
+    work = FileWork(LIMIT_S, clock, on_run=runs.append)
     for _ in range(3):
-        assert await work.run(threading.current_thread, may_block_loop=True) is loop_thread
-    assert (work.inline_runs, work.thread_runs) == (3, 0)
+        assert await runs_on_the_loop(work, clock)
+    assert runs == ["event_loop"] * 3
 
 
 async def test_work_the_caller_keeps_off_the_loop_runs_in_a_worker_thread() -> None:
-    work = FileWork(LIMIT_S)
+    runs = list[RanOn]()
+    work = FileWork(LIMIT_S, Clock(), on_run=runs.append)
     ran_on = await work.run(threading.current_thread, may_block_loop=False)
     assert ran_on is not threading.current_thread()
-    assert (work.inline_runs, work.thread_runs) == (0, 1)
+    assert runs == ["worker_thread"]
 
 
 async def test_a_limit_of_zero_keeps_all_work_in_worker_threads() -> None:
-    work = FileWork(0)
+    work = FileWork(0, Clock())
     assert not work.on_loop_now()
     ran_on = await work.run(threading.current_thread, may_block_loop=True)
     assert ran_on is not threading.current_thread()
@@ -110,9 +117,12 @@ async def test_stalls_now_and_then_each_send_work_to_threads_for_a_second() -> N
         clock.now += FIRST_BACKOFF_S
         assert work.on_loop_now()
         clock.now += AGAIN_WITHIN_S + 1
-    for _ in range(3):  # three stalls on return: 1, 2 then 4 s in threads
+    for backoff in (1, 2, 4):  # stalls on each return: longer each time
         await runs_on_the_loop(work, clock, seconds=0.05)
-        clock.now += 4
+        clock.now += backoff - 0.001
+        assert not work.on_loop_now()
+        clock.now += 0.001
+        assert work.on_loop_now()
     clock.now += AGAIN_WITHIN_S + 1
     await runs_on_the_loop(work, clock, seconds=0.05)
     clock.now += FIRST_BACKOFF_S
