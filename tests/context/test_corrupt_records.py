@@ -120,7 +120,7 @@ async def test_a_damaged_current_line_past_the_first_read_is_rebuilt_too(
 async def test_damage_made_after_a_payload_was_served_is_found_all_the_same(
     client: httpx.AsyncClient, context_dir: Path
 ) -> None:
-    """A payload remembers which first bytes of current.jsonl parsed (by their CRC), so that
+    """A payload remembers which first bytes of current.jsonl parsed (by their hash), so that
     the next parses only the lines appended since: bytes changed in place after it, length and
     all kept, in those first bytes or in the lines after them, are found before any byte."""
     task_uuid = await task_with_messages(client, 5, "message number")
