@@ -13,7 +13,7 @@ import io
 import threading
 from dataclasses import dataclass
 
-from xxhash import xxh3_64_intdigest
+from xxhash import xxh3_64
 
 from app.context.pending import ContextKey
 from app.storage.jsonl import first_damaged_line
@@ -39,19 +39,20 @@ class ParsedPrefixes:
         """:func:`first_damaged_line` of ``data``, a context's current.jsonl from its start
         to a line boundary, parsing only what follows the bytes last found whole."""
         known = self._parsed.get(context)
-        start = 0
-        if (
-            known is not None
-            and known.length <= len(data)
-            and xxh3_64_intdigest(memoryview(data)[: known.length]) == known.digest
-        ):
-            start = known.length
+        start, digest = 0, xxh3_64()
+        if known is not None and known.length <= len(data):
+            digest.update(memoryview(data)[: known.length])
+            if digest.intdigest() == known.digest:
+                start = known.length
+            else:
+                digest.reset()
         damaged = first_damaged_line(io.BytesIO(data), len(data), start)
         if damaged is not None:
             with self._lock:
                 self._parsed.pop(context, None)
             return damaged
-        parsed = _Parsed(len(data), xxh3_64_intdigest(data))
+        digest.update(memoryview(data)[start:])  # each byte hashed once
+        parsed = _Parsed(len(data), digest.intdigest())
         with self._lock:
             if context not in self._parsed and len(self._parsed) >= self.max_contexts:
                 del self._parsed[next(iter(self._parsed))]  # the oldest one

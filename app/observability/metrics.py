@@ -68,8 +68,11 @@ class Metrics:
         )
         self.append_file_work = Counter(
             "context_append_file_work",
-            "Appends' file work (write, fsync) by where it ran: event_loop while the disk is "
-            "quick (INLINE_FILE_WORK_MS), worker_thread otherwise.",
+            "Runs of a group of appends' file work (write, fsync) by where they ran: event_loop "
+            "for small appends close after another while the disk is quick "
+            "(INLINE_FILE_WORK_MS); worker_thread for the others (a task's first append after "
+            "a while, usage reports, threads, large messages, keys on SQLite) and while the "
+            "disk is slow.",
             ["where"],
             registry=r,
         )

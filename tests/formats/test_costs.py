@@ -11,6 +11,7 @@ from asgi_lifespan import LifespanManager
 
 from app.config import Settings
 from app.formats import FORMATS
+from app.formats.costs import TokenCounting
 from app.main import create_app
 from app.tokens.counters import counter_for
 from tests.support.tasks import task_body
@@ -71,3 +72,12 @@ async def test_a_task_keeps_its_counter_when_the_setting_changes(context_dir: Pa
     heuristic_count = FORMATS["openai"].message_tokens(counter_for("", "heuristic"), message)
     assert context["messages"][0]["tokens"] == heuristic_count
     assert created.json()["context"]["token_counter"] == "o200k_base"
+
+
+def test_a_counter_is_at_hand_once_its_costs_were_asked_for() -> None:
+    """What lets an append count its tokens on the event loop: loading a counter blocks."""
+    counting = TokenCounting("auto")
+    assert not counting.loaded("cl100k_base")
+    counting.costs("cl100k_base")
+    assert counting.loaded("cl100k_base")
+    assert not counting.loaded("o200k_base")

@@ -119,9 +119,10 @@ async def test_stalls_now_and_then_each_send_work_to_threads_for_a_second() -> N
         clock.now += AGAIN_WITHIN_S + 1
     for backoff in (1, 2, 4):  # stalls on each return: longer each time
         await runs_on_the_loop(work, clock, seconds=0.05)
-        clock.now += backoff - 0.001
+        stalled_at = clock.now
+        clock.now = stalled_at + backoff - 0.001
         assert not work.on_loop_now()
-        clock.now += 0.001
+        clock.now = stalled_at + backoff
         assert work.on_loop_now()
     clock.now += AGAIN_WITHIN_S + 1
     await runs_on_the_loop(work, clock, seconds=0.05)
