@@ -681,12 +681,11 @@ class ContextStore:
         if thread is not None and thread.status != "active" and not ended_parent:
             raise ThreadNotActive(task.uuid, thread.thread_id, thread.status)
         keys = [p.idempotency_key for p in group if p.idempotency_key]
-        task_dir = self.task_dir(task)
         outcome = await self.file_work.run(
             partial(
                 write_appends,
-                task_dir,
-                ContextFiles(context_dir(task_dir, locked.thread_id)),
+                self.task_dir(task),
+                self.files(locked),
                 Where(task.uuid, locked.thread_id),
                 head,
                 group,

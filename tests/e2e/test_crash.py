@@ -183,8 +183,10 @@ async def test_kill_9_during_appends_loses_no_acknowledged_write(servers: Server
     """Three times: 16 clients (half with Idempotency-Keys, some batches) stream appends and
     the server is SIGKILLed mid-stream. After each restart every acknowledged (seq, content)
     is there, the task reads cleanly (history, schema-valid payload, context), keyed retries
-    of lost answers append nothing twice, and a new append gets last_seq + 1."""
-    srv = servers.start()
+    of lost answers append nothing twice, and a new append gets last_seq + 1. Unkeyed groups
+    commit from the event loop (a limit no disk stall reaches), keyed ones on SQLite from a
+    worker thread: the kills land in both."""
+    srv = servers.start(env={"INLINE_FILE_WORK_MS": "100"})
     ledger = Ledger()
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as http:
         created = await http.post("/tasks", json=task_body(system_prompt=SYSTEM_PROMPT))
