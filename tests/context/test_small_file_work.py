@@ -15,7 +15,7 @@ from tests.support.app import running_app
 from tests.support.files import read_jsonl, task_dir
 from tests.support.metrics import scrape, value
 from tests.support.tasks import new_task, post_messages
-from tests.support.threads import send, start
+from tests.support.threads import start
 
 
 @pytest.fixture(autouse=True)
@@ -111,13 +111,10 @@ async def test_an_append_to_a_thread_is_written_from_a_worker_thread(context_dir
     async with running_app(quick_settings(context_dir)) as client:
         uuid = await new_task(client)
         await post_messages(client, uuid, user("first"))
-        thread = await start(client, uuid, label="look around")
+        thread = {"thread_id": (await start(client, uuid, label="look around"))["thread_id"]}
         for step in range(3):
-            before = await ran(client)
-            response = await send(client, uuid, user(f"in the thread {step}"), thread["thread_id"])
-            assert response.status_code == 201, response.text
-            after = await ran(client)
-            assert (after[0] - before[0], after[1] - before[1]) == IN_A_THREAD
+            body = user(f"in the thread {step}")
+            assert await where_it_ran(client, uuid, body, params=thread) == IN_A_THREAD
 
 
 async def test_a_keyed_append_reads_its_keys_beside_its_files(
