@@ -10,11 +10,11 @@ query but ``format`` and ``thread_id``, once each) and does what the endpoint's 
 from typing import get_args
 
 from fastapi import Response
-from fastapi.responses import StreamingResponse
 
 from app.api import plain
 from app.api.deps import visible
 from app.api.routing import OrjsonRequest
+from app.api.streaming import EagerStreamingResponse
 from app.payloads.schemas import FormatName
 from app.payloads.service import PayloadService
 
@@ -29,7 +29,9 @@ async def payload_response(
     payload = await payloads.request(uuid, format_name, thread_id)
     if isinstance(payload.body, bytes):
         return Response(payload.body, media_type="application/json", headers=payload.headers)
-    return StreamingResponse(payload.body, media_type="application/json", headers=payload.headers)
+    return EagerStreamingResponse(
+        payload.body, media_type="application/json", headers=payload.headers
+    )
 
 
 async def request_lane(request: OrjsonRequest) -> Response | None:
