@@ -195,9 +195,11 @@ class StorageSettings(_Group):
         1.0,
         ge=0,
         le=100,
-        description="An append of small messages does its file work (write, fsync) on the event "
-        "loop while that takes at most this long, and in a worker thread for a while after it "
-        "took longer (a slow or shared disk). 0: always in a worker thread.",
+        description="An append of small messages does its file work (write, fsync), and a "
+        "read of a context its blocking part (the row on SQLite, current.jsonl opened and "
+        "checked), on the event loop while that takes at most this long on average, and in a "
+        "worker thread for a while after it took longer (a slow or shared disk). 0: always in "
+        "a worker thread.",
     )
     ready_min_free_bytes: int = Field(
         32 * MiB,

@@ -35,6 +35,12 @@ class ParsedPrefixes:
         self._parsed: dict[ContextKey, _Parsed] = {}
         self._lock = threading.Lock()
 
+    def unparsed_bytes(self, context: ContextKey, size: int) -> int:
+        """How many of a context's first ``size`` bytes a check would parse (the rest it
+        would only hash), if they are as they were."""
+        known = self._parsed.get(context)
+        return size if known is None or known.length > size else size - known.length
+
     def first_damaged_line(self, context: ContextKey, data: bytes) -> int | None:
         """:func:`first_damaged_line` of ``data``, a context's current.jsonl from its start
         to a line boundary, parsing only what follows the bytes last found whole."""

@@ -167,6 +167,12 @@ class Snapshot:
 # it: what it could miss is another process's calibration of the task (the status it checks
 # against the task's directory), so appends close together (a call and its result) read once.
 REMEMBERED_ROW_S = 1.0
+# The most of a current.jsonl a read on the event loop may parse (~0.1 ms); a context's first
+# payload in a process, or one after many appends, parses more, in a worker thread.
+LOOP_PARSE_BYTES = 64 << 10
+
+# What the service counts of the work that may run on the event loop (FileWork).
+FileWorkKind = Literal["append", "read"]
 
 
 class _RowOutOfDate(Exception):
@@ -198,7 +204,7 @@ class ContextStore:
         counting: TokenCounting,
         settings: Settings,
         on_damaged_files: Callable[[], None] | None = None,
-        on_file_work: Callable[[RanOn], None] | None = None,
+        on_file_work: Callable[[FileWorkKind, RanOn], None] | None = None,
         after_commit: AfterCommit | None = None,
         processes: CpuProcesses | None = None,
     ) -> None:
@@ -212,7 +218,11 @@ class ContextStore:
             smoothing=settings.calibration.smoothing,
         )
         self.fsync = settings.storage.fsync == "always"
-        self.file_work = FileWork(settings.storage.inline_file_work_ms / 1000, on_run=on_file_work)
+        limit_s = settings.storage.inline_file_work_ms / 1000
+        self.append_work = FileWork(
+            limit_s, "appends' file work", on_run=_counted(on_file_work, "append")
+        )
+        self.read_work = FileWork(limit_s, "context reads", on_run=_counted(on_file_work, "read"))
         self.write_behind = WriteBehind(
             db=db,
             locks=locks,
@@ -337,10 +347,16 @@ class ContextStore:
         self, task_uuid: str, thread_id: int, opening: bool
     ) -> tuple[tuple[Task, HeadState | None, bool] | None, "_Opened | None"]:
         """:func:`heads.load_context`, the task's directory then where its status puts it: in
-        one worker-thread call where the database has a blocking way in (SQLite), and with
+        one blocking call where the database has a blocking way in (SQLite), and with
         ``opening`` current.jsonl opened for the head the context then has (None when it
-        needs a repair first: :meth:`open_snapshot` does that)."""
+        needs a repair first, or when it is more to check than the event loop takes:
+        :meth:`open_snapshot` does that).
+
+        The blocking call runs on the event loop while such reads are quick there (a row by its
+        key: in SQLite's WAL mode no writer holds a reader up), in a worker thread otherwise:
+        the hand-off to a thread and back cost a payload more than the read."""
         blocking = self.db.blocking_reader
+        on_loop = self.read_work.on_loop_now()
         if blocking is not None:
             # Read here, not in the worker thread: the event loop owns this process's pending
             # heads (the task's own cannot change while its lock is held).
@@ -356,6 +372,8 @@ class ContextStore:
                 if not opening or committed is None:
                     return row, None
                 head = pending.head if pending and pending.base == committed else committed
+                if on_loop and not self._quick_to_check((task_uuid, thread_id), head):
+                    return row, None
                 directory = self.task_dir(task)
                 files = ContextFiles(context_dir(directory, thread_id))
                 opened = _open_if_whole(
@@ -363,12 +381,18 @@ class ContextStore:
                 )
                 return row, opened
 
-            return await asyncio.to_thread(load)
+            return await self.read_work.run(load, may_block_loop=on_loop)
         async with self.db.statements() as session:
             row = await heads.load_context(session, task_uuid, thread_id)
         if row is not None:
-            await asyncio.to_thread(self._ensure_directory, row[0])
+            await self.read_work.run(partial(self._ensure_directory, row[0]), may_block_loop=True)
         return row, None
+
+    def _quick_to_check(self, context: ContextKey, head: HeadState) -> bool:
+        """Whether opening a context's current.jsonl for ``head`` is small work: one read of
+        it, and little of it to parse (the rest found whole before: only hashed)."""
+        size = head.current_bytes
+        return size <= CHUNK and self._parsed.unparsed_bytes(context, size) <= LOOP_PARSE_BYTES
 
     def _remembered(self, task_uuid: str) -> LockedTask | None:
         """The root of a locked task from this process's copy of its row, if that is recent.
@@ -528,14 +552,19 @@ class ContextStore:
         ):
             opened.taken = True
         else:
-            opened = await asyncio.to_thread(
-                _open_if_whole,
-                self.task_dir(locked.task),
-                self.files(locked),
-                locked.head,
-                file_name,
-                self._parsed,
-                (locked.task.uuid, locked.thread_id),
+            context = (locked.task.uuid, locked.thread_id)
+            small = file_name == "messages" or self._quick_to_check(context, locked.head)
+            opened = await self.read_work.run(
+                partial(
+                    _open_if_whole,
+                    self.task_dir(locked.task),
+                    self.files(locked),
+                    locked.head,
+                    file_name,
+                    self._parsed,
+                    context,
+                ),
+                may_block_loop=small,
             )
         if opened is not None:
             prefetched, opened.prefetched = opened.prefetched, b""  # the snapshot's to free
@@ -681,7 +710,7 @@ class ContextStore:
         if thread is not None and thread.status != "active" and not ended_parent:
             raise ThreadNotActive(task.uuid, thread.thread_id, thread.status)
         keys = [p.idempotency_key for p in group if p.idempotency_key]
-        outcome = await self.file_work.run(
+        outcome = await self.append_work.run(
             partial(
                 write_appends,
                 self.task_dir(task),
@@ -729,7 +758,7 @@ class ContextStore:
         SQLite is), its token counter is loaded, and its messages are small (counting a long
         one's tokens takes milliseconds)."""
         return (
-            self.file_work.on_loop_now()
+            self.append_work.on_loop_now()
             and locked.from_memory
             and not (keys and self.db.blocking_reader is not None)
             and self.counting.loaded(locked.task.token_counter)
@@ -972,6 +1001,12 @@ class ContextStore:
     async def close(self) -> None:
         """Stop the write-behind, its pending heads written."""
         await self.write_behind.close()
+
+
+def _counted(
+    on_file_work: Callable[[FileWorkKind, RanOn], None] | None, kind: FileWorkKind
+) -> Callable[[RanOn], None] | None:
+    return None if on_file_work is None else partial(on_file_work, kind)
 
 
 def _open_snapshot(

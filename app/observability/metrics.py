@@ -66,18 +66,21 @@ class Metrics:
         self.messages = Counter(
             "context_messages_appended", "Messages committed by appends.", registry=r
         )
-        self.append_file_work = Counter(
-            "context_append_file_work",
-            "Runs of a group of appends' file work (write, fsync) by where they ran: event_loop "
-            "for small appends close after another while the disk is quick "
-            "(INLINE_FILE_WORK_MS); worker_thread for the others (a task's first append after "
-            "a while, usage reports, threads, large messages, keys on SQLite) and while the "
-            "disk is slow.",
-            ["where"],
+        self.file_work = Counter(
+            "context_file_work",
+            "Runs of blocking work that may run on the event loop, by work and where it ran. "
+            "append: a group of appends' write and fsync; read: a context's row read on SQLite "
+            "and its current.jsonl opened and checked. event_loop while such work is quick "
+            "(INLINE_FILE_WORK_MS); worker_thread for the rest (appends: a task's first after a "
+            "while, usage reports, threads, large messages, keys on SQLite; reads: a context's "
+            "first payload or a large one) and while the disk is slow.",
+            ["work", "where"],
             registry=r,
         )
         self._file_work_runs = {
-            where: self.append_file_work.labels(where) for where in ("event_loop", "worker_thread")
+            (work, where): self.file_work.labels(work, where)
+            for work in ("append", "read")
+            for where in ("event_loop", "worker_thread")
         }
         self.damaged_files = Counter(
             "context_damaged_files",
@@ -122,8 +125,8 @@ class Metrics:
     def appended(self, messages: int) -> None:
         self.messages.inc(messages)
 
-    def file_work_ran(self, where: str) -> None:
-        self._file_work_runs[where].inc()
+    def file_work_ran(self, work: str, where: str) -> None:
+        self._file_work_runs[work, where].inc()
 
     def compaction(self, kind: str, seconds: float) -> None:
         self.compactions.labels(kind).inc()

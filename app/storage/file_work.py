@@ -35,16 +35,20 @@ AGAIN_WITHIN_S = 10.0
 
 class FileWork:
     """Runs blocking file work on the event loop (when the caller says it may and recent work
-    there was quick) or in a worker thread. ``limit_s`` 0: always a worker thread. ``on_run``
-    learns where each run went (the service counts them in its metrics)."""
+    there was quick) or in a worker thread. ``limit_s`` 0: always a worker thread. ``name``
+    says what work it is in the log; ``on_run`` learns where each run went (the service counts
+    them in its metrics)."""
 
     def __init__(
         self,
         limit_s: float,
-        clock: Callable[[], float] = time.monotonic,
+        name: str,
+        *,
         on_run: Callable[[RanOn], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limit_s = limit_s
+        self.name = name
         self._clock = clock
         self._on_run = on_run
         self._threads_until = 0.0
@@ -81,8 +85,9 @@ class FileWork:
         if now - self._threads_until > AGAIN_WITHIN_S:
             self._backoff_s = FIRST_BACKOFF_S
         log.info(
-            "file work on the event loop took %.2f ms on average (limit %.2f): "
+            "%s on the event loop took %.2f ms on average (limit %.2f): "
             "in worker threads for %.0f s",
+            self.name,
             self._average_s * 1000,
             self.limit_s * 1000,
             self._backoff_s,

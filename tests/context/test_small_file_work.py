@@ -2,7 +2,7 @@
 syscalls on small data: an append to the root close after another (its files checked against
 this process's own head, nothing to repair), reporting no usage, no database read with it,
 small messages. Everything else keeps to worker threads, and both ways commit the same records.
-Where each append's work ran is the service's metric ``context_append_file_work_total``."""
+Where each append's work ran is the service's metric ``context_file_work_total{work="append"}``."""
 
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ import pytest
 from app.config import Settings
 from tests.support.app import running_app
 from tests.support.files import read_jsonl, task_dir
-from tests.support.metrics import scrape, value
+from tests.support.metrics import file_work_runs
 from tests.support.tasks import new_task, post_messages
 from tests.support.threads import start
 
@@ -36,21 +36,15 @@ def quick_settings(context_dir: Path, *, limit_ms: float = 100.0) -> Settings:
 ON_THE_LOOP, IN_A_THREAD = (1, 0), (0, 1)
 
 
-async def ran(client: httpx.AsyncClient) -> tuple[float, float]:
-    samples = await scrape(client)
-    name = "context_append_file_work_total"
-    return value(samples, name, where="event_loop"), value(samples, name, where="worker_thread")
-
-
 async def where_it_ran(
     client: httpx.AsyncClient, uuid: str, body: Any, **post: Any
 ) -> tuple[float, float]:
     """POST /messages; asserts 201; how many appends' file work ran on the loop and in
     threads for it."""
-    before = await ran(client)
+    before = await file_work_runs(client, "append")
     response = await client.post(f"/tasks/{uuid}/messages", json=body, **post)
     assert response.status_code == 201, response.text
-    after = await ran(client)
+    after = await file_work_runs(client, "append")
     return after[0] - before[0], after[1] - before[1]
 
 

@@ -42,7 +42,7 @@ async def runs_on_the_loop(work: FileWork, clock: Clock, seconds: float = 0.0002
 
 async def test_quick_work_runs_on_the_loop_and_says_so() -> None:
     clock, runs = Clock(), list[RanOn]()
-    work = FileWork(LIMIT_S, clock, on_run=runs.append)
+    work = FileWork(LIMIT_S, "appends", on_run=runs.append, clock=clock)
     for _ in range(3):
         assert await runs_on_the_loop(work, clock)
     assert runs == ["event_loop"] * 3
@@ -50,14 +50,14 @@ async def test_quick_work_runs_on_the_loop_and_says_so() -> None:
 
 async def test_work_the_caller_keeps_off_the_loop_runs_in_a_worker_thread() -> None:
     runs = list[RanOn]()
-    work = FileWork(LIMIT_S, Clock(), on_run=runs.append)
+    work = FileWork(LIMIT_S, "appends", on_run=runs.append, clock=Clock())
     ran_on = await work.run(threading.current_thread, may_block_loop=False)
     assert ran_on is not threading.current_thread()
     assert runs == ["worker_thread"]
 
 
 async def test_a_limit_of_zero_keeps_all_work_in_worker_threads() -> None:
-    work = FileWork(0, Clock())
+    work = FileWork(0, "appends", clock=Clock())
     assert not work.on_loop_now()
     ran_on = await work.run(threading.current_thread, may_block_loop=True)
     assert ran_on is not threading.current_thread()
@@ -65,7 +65,7 @@ async def test_a_limit_of_zero_keeps_all_work_in_worker_threads() -> None:
 
 async def test_a_stall_sends_work_to_threads_for_a_second_then_back_to_the_loop() -> None:
     clock = Clock()
-    work = FileWork(LIMIT_S, clock)
+    work = FileWork(LIMIT_S, "appends", clock=clock)
     assert await runs_on_the_loop(work, clock)
     assert await runs_on_the_loop(work, clock, seconds=0.05)  # ran there, and stalled it
     assert not work.on_loop_now()
@@ -81,7 +81,7 @@ async def test_a_rare_slow_run_keeps_the_loop_and_slow_runs_in_a_row_leave_it() 
     """A run of three limits (the process preempted once) changes little; a disk whose work
     now takes three limits every time is off the loop after a few runs."""
     clock = Clock()
-    work = FileWork(LIMIT_S, clock)
+    work = FileWork(LIMIT_S, "appends", clock=clock)
     for _ in range(20):
         assert await runs_on_the_loop(work, clock)
     assert await runs_on_the_loop(work, clock, seconds=3 * LIMIT_S)
@@ -95,7 +95,7 @@ async def test_a_rare_slow_run_keeps_the_loop_and_slow_runs_in_a_row_leave_it() 
 
 async def test_stalls_close_together_keep_work_in_threads_longer_up_to_a_cap() -> None:
     clock = Clock()
-    work = FileWork(LIMIT_S, clock)
+    work = FileWork(LIMIT_S, "appends", clock=clock)
     expected = FIRST_BACKOFF_S
     for _ in range(10):
         assert await runs_on_the_loop(work, clock, seconds=0.05)
@@ -111,7 +111,7 @@ async def test_stalls_close_together_keep_work_in_threads_longer_up_to_a_cap() -
 async def test_stalls_now_and_then_each_send_work_to_threads_for_a_second() -> None:
     """A stall well after the work came back to the loop is not a disk still slow."""
     clock = Clock()
-    work = FileWork(LIMIT_S, clock)
+    work = FileWork(LIMIT_S, "appends", clock=clock)
     for _ in range(5):
         assert await runs_on_the_loop(work, clock, seconds=0.05)
         clock.now += FIRST_BACKOFF_S
@@ -132,7 +132,7 @@ async def test_stalls_now_and_then_each_send_work_to_threads_for_a_second() -> N
 
 async def test_an_error_of_the_work_is_raised_and_its_time_still_counts() -> None:
     clock = Clock()
-    work = FileWork(LIMIT_S, clock)
+    work = FileWork(LIMIT_S, "appends", clock=clock)
 
     def failing() -> None:
         clock.now += 0.05
@@ -149,9 +149,10 @@ async def test_leaving_the_loop_is_logged_with_the_time_it_took(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = Clock()
-    work = FileWork(LIMIT_S, clock)
+    work = FileWork(LIMIT_S, "appends", clock=clock)
     with caplog.at_level(logging.INFO, logger="app.storage.file_work"):
         await runs_on_the_loop(work, clock, seconds=0.05)
     [record] = caplog.records
     assert "on average (limit 1.00)" in record.getMessage()
+    assert record.getMessage().startswith("appends on the event loop took")
     assert "in worker threads for 1 s" in record.getMessage()

@@ -27,3 +27,14 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 def series(samples: Samples, name: str) -> list[Mapping[str, str]]:
     """The label sets of every sample called ``name``."""
     return [dict(labels) for sample_name, labels in samples if sample_name == name]
+
+
+async def file_work_runs(client: httpx.AsyncClient, work: str) -> tuple[float, float]:
+    """How many runs of ``work`` ("append", "read") went to the event loop and to worker
+    threads so far (the metric ``context_file_work_total``)."""
+    samples = await scrape(client)
+    name = "context_file_work_total"
+    return (
+        value(samples, name, work=work, where="event_loop"),
+        value(samples, name, work=work, where="worker_thread"),
+    )

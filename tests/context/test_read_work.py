@@ -1,0 +1,114 @@
+"""Which reads of a context run on the event loop: the task's row (on SQLite, through a
+blocking connection) and current.jsonl opened and checked for a payload, while such reads are
+quick and there is little of the file to parse (what a payload of this process found whole
+before is only hashed). A context's first payload past a few dozen KiB, or a context larger
+than one read, is checked in a worker thread. Either way the same payload is served, and
+damage made in place is found. Where each read ran is the service's metric
+``context_file_work_total{work="read"}``."""
+
+from pathlib import Path
+
+import httpx
+
+from app.config import Settings
+from app.context.store import LOOP_PARSE_BYTES
+from app.storage.jsonl import CHUNK
+from tests.support.app import running_app
+from tests.support.files import task_dir
+from tests.support.metrics import file_work_runs
+from tests.support.tasks import new_task, post_messages, task_with_messages
+
+
+def quick_settings(context_dir: Path, *, limit_ms: float = 100.0) -> Settings:
+    """A limit far above any read's time: where a read goes is the test's choice alone."""
+    return Settings(
+        context_dir=context_dir, storage={"fsync": "never", "inline_file_work_ms": limit_ms}
+    )
+
+
+async def payload_and_runs(
+    client: httpx.AsyncClient, uuid: str
+) -> tuple[httpx.Response, tuple[float, float]]:
+    """GET /request (asserts 200) and how many reads ran on the loop and in threads for it."""
+    before = await file_work_runs(client, "read")
+    response = await client.get(f"/tasks/{uuid}/request")
+    assert response.status_code == 200, response.text
+    after = await file_work_runs(client, "read")
+    return response, (after[0] - before[0], after[1] - before[1])
+
+
+def contents(response: httpx.Response) -> list[str]:
+    return [m["content"] for m in response.json()["messages"]][1:]  # after the system prompt
+
+
+async def test_a_small_context_is_read_from_the_loop_and_served_alike(context_dir: Path) -> None:
+    async with running_app(quick_settings(context_dir)) as client:
+        uuid = await task_with_messages(client, 5, "step")
+        first, (on_loop, in_threads) = await payload_and_runs(client, uuid)
+        assert on_loop >= 1  # SQLite: one call; PostgreSQL: two (the directory, the file)
+        assert in_threads == 0
+        assert contents(first) == [f"step {n}" for n in range(5)]
+    async with running_app(quick_settings(context_dir, limit_ms=0)) as client:
+        threaded, (on_loop, in_threads) = await payload_and_runs(client, uuid)
+        assert on_loop == 0
+        assert in_threads >= 1
+    assert threaded.content == first.content
+    assert threaded.headers["X-Context-Tokens"] == first.headers["X-Context-Tokens"]
+
+
+async def test_a_first_check_of_many_bytes_runs_in_a_worker_thread(context_dir: Path) -> None:
+    """Past LOOP_PARSE_BYTES not yet found whole: the row is read on the loop, current.jsonl
+    checked in a thread. The next payloads parse only what was appended since: on the loop."""
+    async with running_app(quick_settings(context_dir)) as client:
+        uuid = await new_task(client)
+        long_text = "word " * 2000
+        for n in range(LOOP_PARSE_BYTES // len(long_text) + 2):
+            await post_messages(client, uuid, {"role": "user", "content": f"{n} {long_text}"})
+        _, (on_loop, in_threads) = await payload_and_runs(client, uuid)
+        assert on_loop >= 1
+        assert in_threads == 1
+        await post_messages(client, uuid, {"role": "user", "content": "short"})
+        served, (on_loop, in_threads) = await payload_and_runs(client, uuid)
+        assert on_loop >= 1
+        assert in_threads == 0
+        assert contents(served)[-1] == "short"
+
+
+async def test_a_context_larger_than_one_read_is_checked_in_a_worker_thread(
+    context_dir: Path,
+) -> None:
+    async with running_app(quick_settings(context_dir)) as client:
+        uuid = await new_task(client, context_length=4_000_000)
+        piece = "x" * (256 << 10)
+        for n in range(CHUNK // len(piece) + 1):
+            await post_messages(client, uuid, {"role": "user", "content": f"{n} {piece}"})
+        for _ in range(2):  # found whole the first time, it is still more than one read
+            served, (_on_loop, in_threads) = await payload_and_runs(client, uuid)
+            assert in_threads == 1
+            assert len(contents(served)) == CHUNK // len(piece) + 1
+
+
+async def test_damage_is_found_from_the_loop(context_dir: Path) -> None:
+    """Bytes changed in place inside what the last payload found whole: the hash differs, the
+    context is rebuilt from messages.jsonl before any byte is served."""
+    async with running_app(quick_settings(context_dir)) as client:
+        uuid = await task_with_messages(client, 5, "step")
+        await payload_and_runs(client, uuid)
+        current = task_dir(context_dir, uuid) / "current.jsonl"
+        intact = current.read_bytes()
+        lines = intact.split(b"\n")
+        lines[2] = b"\x00" * len(lines[2])
+        current.write_bytes(b"\n".join(lines))
+        served, (on_loop, _) = await payload_and_runs(client, uuid)
+        assert on_loop >= 1
+        assert contents(served) == [f"step {n}" for n in range(5)]
+    assert current.read_bytes() == intact
+
+
+async def test_a_limit_of_zero_keeps_every_read_in_worker_threads(context_dir: Path) -> None:
+    async with running_app(quick_settings(context_dir, limit_ms=0)) as client:
+        uuid = await task_with_messages(client, 3, "step")
+        for _ in range(3):
+            _, (on_loop, in_threads) = await payload_and_runs(client, uuid)
+            assert on_loop == 0
+            assert in_threads >= 1
