@@ -143,6 +143,13 @@ class ServerSettings(_Group):
         "interpreter gets it (Python's default: 5). Short, so that a request's hand-offs to "
         "worker threads do not wait behind a compaction's work in another thread.",
     )
+    gc_freeze: bool = Field(
+        True,
+        description="Once started, keep what startup made (modules, models, routes) out of the "
+        "garbage collector's full passes, which otherwise walk all of it and hold every "
+        "request meanwhile. Given back at shutdown unless something else had frozen objects "
+        "before.",
+    )
 
 
 class LimitSettings(_Group):
@@ -506,6 +513,7 @@ LEGACY_ENV: dict[str, tuple[str, str]] = {
     "MAX_CONNECTIONS": ("server", "max_connections"),
     "KEEP_ALIVE_TIMEOUT_S": ("server", "keep_alive_timeout_s"),
     "SWITCH_INTERVAL_MS": ("server", "switch_interval_ms"),
+    "GC_FREEZE": ("server", "gc_freeze"),
     "MAX_BODY_BYTES": ("limits", "max_body_bytes"),
     "MAX_MESSAGE_BYTES": ("limits", "max_message_bytes"),
     "MAX_BATCH_MESSAGES": ("limits", "max_batch_messages"),

@@ -1,10 +1,14 @@
 """The composition root (app/lifespan.py) owns the summariser's processes: none before the first
 condense, none left once the service has stopped, none at all with
 COMPACTION__SUMMARIZER_PROCESSES=0; and it sets the interpreter's switch interval while the
-service is up."""
+service is up, and keeps what its startup made out of the garbage collector's full passes
+while it serves."""
 
+import asyncio
+import gc
 import multiprocessing
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -58,3 +62,52 @@ async def test_the_switch_interval_is_the_settings_while_the_service_is_up(
         assert sys.getswitchinterval() == 0.00025
         assert (await client.get("/healthz")).status_code == 200
     assert sys.getswitchinterval() == before
+
+
+def _freeze_counts(context_dir: str, gc_freeze: bool) -> tuple[int, int, int]:
+    """In a fresh process (nothing frozen there): the collector's frozen objects before the
+    service starts, while it serves, and after it stopped."""
+
+    async def run() -> tuple[int, int, int]:
+        before = gc.get_freeze_count()
+        settings = Settings(context_dir=Path(context_dir), server={"gc_freeze": gc_freeze})
+        async with running_app(settings) as client:
+            uuid = await new_task(client)
+            await append(client, uuid, {"role": "user", "content": "made after startup"})
+            serving = gc.get_freeze_count()
+        return before, serving, gc.get_freeze_count()
+
+    return asyncio.run(run())
+
+
+def _in_a_fresh_process(context_dir: Path, gc_freeze: bool) -> tuple[int, int, int]:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_freeze_counts, str(context_dir), gc_freeze).result(timeout=120)
+
+
+def test_what_startup_made_is_kept_out_of_the_collector_while_the_service_is_up(
+    context_dir: Path,
+) -> None:
+    """Frozen (the collector's full passes skip it) while serving; given back at shutdown, so
+    that a process which goes on collects it."""
+    before, serving, after = _in_a_fresh_process(context_dir, gc_freeze=True)
+    assert before == 0
+    assert serving > 10_000  # the app's modules, models and routes at the least
+    assert after == 0
+
+
+def test_nothing_is_frozen_when_the_setting_is_off(context_dir: Path) -> None:
+    assert _in_a_fresh_process(context_dir, gc_freeze=False) == (0, 0, 0)
+
+
+async def test_a_process_that_froze_its_own_objects_keeps_them_as_it_froze_them(
+    context_dir: Path,
+) -> None:
+    """The test run itself freezes what it collected (conftest): the service leaves that be,
+    neither freezing this test's objects with it nor unfreezing the run's at shutdown."""
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    async with running_app(Settings(context_dir=context_dir)) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == frozen

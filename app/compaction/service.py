@@ -24,7 +24,7 @@ import orjson
 from app.budgets.policy import Budget
 from app.budgets.service import Budgets
 from app.compaction import plans
-from app.compaction.indexing import ToIndex, entries_at, entries_of
+from app.compaction.indexing import PickledEntries, ToIndex, entries_at, entries_of, unpickled
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
@@ -217,7 +217,10 @@ class CompactionService:
                 end = head.messages_bytes
                 job = ToIndex(self.store.files(locked).messages, end, fmt)
                 here = partial(entries_of, handle, end, fmt)
-                entries = await in_a_process(self._processes, entries_at, job, here)
+                found: list[Entry] | PickledEntries = await in_a_process(
+                    self._processes, entries_at, job, here
+                )
+                entries = await unpickled(found)
                 before = self.budgets.context_tokens(locked, head, fmt)
                 plan = self._plan_condense(locked, entries, before, fmt, explicit=explicit)
                 if isinstance(plan, Skip):

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.compaction.indexing import ToIndex, entries_at
+from app.compaction.indexing import PickledEntries, ToIndex, entries_at
 from app.context.files import ContextFiles, ViewToPrepare, prepared_path, prepared_view
 from app.context.processes import in_a_process
 from app.context.records import HeadState
@@ -90,7 +90,8 @@ async def test_a_condenses_indexing_and_rendering_load_nothing_heavy(
     (tmp_path / "messages.jsonl").touch()
     (tmp_path / "current.jsonl").touch()
     files = ContextFiles(tmp_path)
-    assert await processes.run(entries_at, ToIndex(files.messages, 0, "openai")) == []
+    indexed = await processes.run(entries_at, ToIndex(files.messages, 0, "openai"))
+    assert indexed == PickledEntries([])
     marker: Marker = {"role": "user", "content": "[Summary]", "marker": "condense", "tokens": 3}
     job = ViewToPrepare(
         files, HeadState(), {**marker, "hides": [1, 1]}, False, prepared_path(files)
