@@ -54,7 +54,8 @@ async def unpickled(found: list[Entry] | PickledEntries) -> list[Entry]:
     if not isinstance(found, PickledEntries):
         return found
     entries: list[Entry] = []
-    for chunk in found.chunks:
+    for number, chunk in enumerate(found.chunks):
+        if number:
+            await asyncio.sleep(0)
         entries += pickle.loads(chunk)
-        await asyncio.sleep(0)
     return entries

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from xxhash import xxh3_64
 
 from app.context.pending import ContextKey
+from app.storage.file_work import NotQuick
 from app.storage.jsonl import first_damaged_line
 
 MAX_CONTEXTS = 4096  # contexts remembered per process; a context past it is parsed whole
@@ -41,9 +42,13 @@ class ParsedPrefixes:
         known = self._parsed.get(context)
         return size if known is None or known.length > size else size - known.length
 
-    def first_damaged_line(self, context: ContextKey, data: bytes) -> int | None:
+    def first_damaged_line(
+        self, context: ContextKey, data: bytes, *, max_parse: int | None = None
+    ) -> int | None:
         """:func:`first_damaged_line` of ``data``, a context's current.jsonl from its start
-        to a line boundary, parsing only what follows the bytes last found whole."""
+        to a line boundary, parsing only what follows the bytes last found whole.
+        ``max_parse``: :class:`NotQuick` rather than parse more than that (bytes changed
+        since, a file rewritten by a compaction or another process: parsed whole)."""
         known = self._parsed.get(context)
         start, digest = 0, xxh3_64()
         if known is not None and known.length <= len(data):
@@ -52,6 +57,8 @@ class ParsedPrefixes:
                 start = known.length
             else:
                 digest.reset()
+        if max_parse is not None and len(data) - start > max_parse:
+            raise NotQuick(f"{len(data) - start} bytes to parse")
         damaged = first_damaged_line(io.BytesIO(data), len(data), start)
         if damaged is not None:
             with self._lock:

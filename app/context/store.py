@@ -70,7 +70,7 @@ from app.context.records import (
 )
 from app.context.shapes import Marker, SummaryRecord
 from app.context.write_behind import WriteBehind
-from app.db.engine import Database
+from app.db.engine import Database, is_busy
 from app.db.models import ContextHead, Task, Thread
 from app.errors import (
     AppError,
@@ -86,7 +86,7 @@ from app.errors import (
 )
 from app.formats.costs import TokenCosts, TokenCounting
 from app.storage.failures import storage_failure
-from app.storage.file_work import FileWork, RanOn
+from app.storage.file_work import FileWork, NotQuick, RanOn
 from app.storage.jsonl import (
     CHUNK,
     first_damaged_line,
@@ -147,7 +147,7 @@ class Snapshot:
     handle: BinaryIO
     metadata: dict[str, Any]
     # The file's first bytes, read as it was opened (the handle is past them): a small
-    # current.jsonl is served with no further hand-off to a worker thread.
+    # current.jsonl is served with no further blocking call.
     prefetched: bytes = b""
 
     def take_prefetched(self, limit: int) -> bytes:
@@ -167,8 +167,9 @@ class Snapshot:
 # it: what it could miss is another process's calibration of the task (the status it checks
 # against the task's directory), so appends close together (a call and its result) read once.
 REMEMBERED_ROW_S = 1.0
-# The most of a current.jsonl a read on the event loop may parse (~0.1 ms); a context's first
-# payload in a process, or one after many appends, parses more, in a worker thread.
+# The most of a current.jsonl a read on the event loop may parse (~0.15 ms at 0.4 GB/s); a
+# context's first payload in a process, one after many appends, or one whose file was
+# rewritten since (a compaction, another process) parses more, in a worker thread.
 LOOP_PARSE_BYTES = 64 << 10
 
 # What the service counts of the work that may run on the event loop (FileWork).
@@ -220,9 +221,9 @@ class ContextStore:
         self.fsync = settings.storage.fsync == "always"
         limit_s = settings.storage.inline_file_work_ms / 1000
         self.append_work = FileWork(
-            limit_s, "appends' file work", on_run=_counted(on_file_work, "append")
+            limit_s, "appends' file work", on_run=_on_run_of(on_file_work, "append")
         )
-        self.read_work = FileWork(limit_s, "context reads", on_run=_counted(on_file_work, "read"))
+        self.read_work = FileWork(limit_s, "context reads", on_run=_on_run_of(on_file_work, "read"))
         self.write_behind = WriteBehind(
             db=db,
             locks=locks,
@@ -253,7 +254,7 @@ class ContextStore:
         its directory in place. The lock is the task's: all its contexts share it.
 
         ``opening_current``: the caller will open a snapshot of current.jsonl; where the row is
-        read in a worker thread (SQLite), the file is opened in the same call.
+        read through a blocking connection (SQLite), the file is opened in the same call.
 
         ``for_append``: an append to the root that reports no usage (so changes nothing of the
         row but what the write-behind keeps) may take this process's copy of the row from a
@@ -289,7 +290,7 @@ class ContextStore:
         """A context of a locked task as the database has it (with this process's pending
         head); remembered for the next appends with ``remember``, forgotten otherwise (the
         lock's holder may change the row). ``opening``: current.jsonl opened with it if it can
-        be in the same worker-thread call."""
+        be in the same blocking call."""
         pending = self.write_behind.pending
         if (thread_id or with_threads) and pending.has_threads(task_uuid):
             await self.write_behind.write({task_uuid})  # thread rows count their messages
@@ -349,48 +350,64 @@ class ContextStore:
         """:func:`heads.load_context`, the task's directory then where its status puts it: in
         one blocking call where the database has a blocking way in (SQLite), and with
         ``opening`` current.jsonl opened for the head the context then has (None when it
-        needs a repair first, or when it is more to check than the event loop takes:
+        needs a repair first, or is more to check than the event loop takes:
         :meth:`open_snapshot` does that).
 
-        The blocking call runs on the event loop while such reads are quick there (a row by its
-        key: in SQLite's WAL mode no writer holds a reader up), in a worker thread otherwise:
-        the hand-off to a thread and back cost a payload more than the read."""
-        blocking = self.db.blocking_reader
-        on_loop = self.read_work.on_loop_now()
-        if blocking is not None:
-            # Read here, not in the worker thread: the event loop owns this process's pending
+        The blocking call runs on the event loop while such reads are quick there, in a worker
+        thread otherwise: the hand-off to a thread and back cost a payload more than the read.
+        On the loop it waits for nothing: the database busy (SQLite's WAL mode keeps readers
+        from writers, but not always), a directory to move, it is made again in a thread."""
+        blocking, quick_reader = self.db.blocking_reader, self.db.quick_reader
+        if blocking is not None and quick_reader is not None:
+            # Read here, not in a worker thread: the event loop owns this process's pending
             # heads (the task's own cannot change while its lock is held).
             pending = self.write_behind.pending.get((task_uuid, thread_id))
 
-            def load() -> tuple[tuple[Task, HeadState | None, bool] | None, _Opened | None]:
-                with blocking.connect() as connection:
-                    row = heads.load_context_blocking(connection, task_uuid, thread_id)
+            def load(
+                quick: bool,
+            ) -> tuple[tuple[Task, HeadState | None, bool] | None, _Opened | None]:
+                try:
+                    with (quick_reader if quick else blocking).connect() as connection:
+                        row = heads.load_context_blocking(connection, task_uuid, thread_id)
+                except Exception as exc:
+                    if quick and is_busy(exc):
+                        raise NotQuick("the database is busy") from exc
+                    raise
                 if row is None:
                     return None, None
                 task, committed, _ = row
-                self._ensure_directory(task)
+                self._ensure_directory(task, quick=quick)
                 if not opening or committed is None:
                     return row, None
                 head = pending.head if pending and pending.base == committed else committed
-                if on_loop and not self._quick_to_check((task_uuid, thread_id), head):
-                    return row, None
                 directory = self.task_dir(task)
                 files = ContextFiles(context_dir(directory, thread_id))
+                context = (task_uuid, thread_id)
+                if quick and not self._quick_to_open(directory, context, head, "current"):
+                    return row, None
                 opened = _open_if_whole(
-                    directory, files, head, "current", self._parsed, (task_uuid, thread_id)
+                    directory, files, head, "current", self._parsed, context, quick=quick
                 )
                 return row, opened
 
-            return await self.read_work.run(load, may_block_loop=on_loop)
+            return await self.read_work.run_quickly(load)
         async with self.db.statements() as session:
             row = await heads.load_context(session, task_uuid, thread_id)
         if row is not None:
-            await self.read_work.run(partial(self._ensure_directory, row[0]), may_block_loop=True)
+            task = row[0]
+            await self.read_work.run_quickly(lambda quick: self._ensure_directory(task, quick))
         return row, None
 
-    def _quick_to_check(self, context: ContextKey, head: HeadState) -> bool:
-        """Whether opening a context's current.jsonl for ``head`` is small work: one read of
-        it, and little of it to parse (the rest found whole before: only hashed)."""
+    def _quick_to_open(
+        self, task_dir: Path, context: ContextKey, head: HeadState, file_name: str
+    ) -> bool:
+        """Whether opening a context's file for ``head`` is small work: its metadata.json
+        small, and for current.jsonl one read of it, little of it to parse (the rest found
+        whole before: only hashed)."""
+        if size_of(task_dir / METADATA) > LOOP_PARSE_BYTES:
+            return False
+        if file_name == "messages":
+            return True
         size = head.current_bytes
         return size <= CHUNK and self._parsed.unparsed_bytes(context, size) <= LOOP_PARSE_BYTES
 
@@ -451,10 +468,14 @@ class ContextStore:
         """The files of the locked context (a thread's live under its task's directory)."""
         return ContextFiles(context_dir(self.task_dir(locked.task), locked.thread_id))
 
-    def _ensure_directory(self, task: Task) -> None:
+    def _ensure_directory(self, task: Task, quick: bool = False) -> None:
+        """The task's directory where its status puts it, moved there if a crash left it
+        elsewhere (``quick``: NotQuick instead, the move being the worker thread's)."""
         expected = STATUS_DIRS[task.status]
         if self.layout.location_dir(expected, task.uuid).is_dir():
             return
+        if quick:
+            raise NotQuick(f"task {task.uuid}: its directory to move")
         found = self.layout.find(task.uuid)
         if not found:
             raise StorageError(
@@ -541,8 +562,9 @@ class ContextStore:
         self, locked: LockedTask, file_name: Literal["messages", "current"]
     ) -> Snapshot:
         """:meth:`snapshot` of a context whose task lock is held."""
-        # Usually the files agree with the head and nothing needs repair: one worker thread
-        # call checks that and opens them (a payload's fixed cost is mostly such hand-offs).
+        # Usually the files agree with the head and nothing needs repair: one blocking call
+        # checks that and opens them (on the event loop while that is quick: a payload's fixed
+        # cost was mostly hand-offs to worker threads).
         opened = locked.opened_current
         if (
             opened is not None
@@ -552,19 +574,16 @@ class ContextStore:
         ):
             opened.taken = True
         else:
-            context = (locked.task.uuid, locked.thread_id)
-            small = file_name == "messages" or self._quick_to_check(context, locked.head)
-            opened = await self.read_work.run(
-                partial(
-                    _open_if_whole,
-                    self.task_dir(locked.task),
-                    self.files(locked),
-                    locked.head,
-                    file_name,
-                    self._parsed,
-                    context,
-                ),
-                may_block_loop=small,
+            task_dir, files = self.task_dir(locked.task), self.files(locked)
+            context, head = (locked.task.uuid, locked.thread_id), locked.head
+
+            def open_whole(quick: bool) -> _Opened | None:
+                return _open_if_whole(
+                    task_dir, files, head, file_name, self._parsed, context, quick=quick
+                )
+
+            opened = await self.read_work.run_quickly(
+                open_whole, may_be_quick=self._quick_to_open(task_dir, context, head, file_name)
             )
         if opened is not None:
             prefetched, opened.prefetched = opened.prefetched, b""  # the snapshot's to free
@@ -1003,9 +1022,10 @@ class ContextStore:
         await self.write_behind.close()
 
 
-def _counted(
+def _on_run_of(
     on_file_work: Callable[[FileWorkKind, RanOn], None] | None, kind: FileWorkKind
 ) -> Callable[[RanOn], None] | None:
+    """What tells ``on_file_work`` where a run of ``kind`` went."""
     return None if on_file_work is None else partial(on_file_work, kind)
 
 
@@ -1034,10 +1054,14 @@ def _open_if_whole(
     file_name: str,
     parsed: ParsedPrefixes,
     context: ContextKey,
+    *,
+    quick: bool = False,
 ) -> _Opened | None:
     """:func:`_open_snapshot` when the files agree with ``head`` and every line of a
     current.jsonl to be served parses, with current.jsonl's first bytes (up to a read's
-    chunk) read; None when they need the store's repair first."""
+    chunk) read; None when they need the store's repair first. ``quick`` (on the event loop):
+    NotQuick rather than parse more than LOOP_PARSE_BYTES (bytes rewritten since a payload
+    found them whole) or a file larger than one read."""
     if not files.in_agreement_with(head):
         return None
     handle, metadata = _open_snapshot(task_dir, files, file_name)
@@ -1046,7 +1070,10 @@ def _open_if_whole(
             return _Opened(head, handle, metadata, b"")
         prefetched = handle.read(min(CHUNK, head.current_bytes))
         if len(prefetched) == head.current_bytes:
-            damaged = parsed.first_damaged_line(context, prefetched)
+            max_parse = LOOP_PARSE_BYTES if quick else None
+            damaged = parsed.first_damaged_line(context, prefetched, max_parse=max_parse)
+        elif quick:
+            raise NotQuick("a context larger than one read")
         else:
             damaged = first_damaged_line(files.current, head.current_bytes)
         if damaged is not None:

@@ -13,13 +13,17 @@ and at shutdown) and kept to ``_WAL_SIZE_LIMIT`` after each reset, so that a log
 the disk was full gives its room back once writes work again.
 
 On SQLite the hot reads (a task's row and head, for every payload) also have a synchronous way
-in, :attr:`Database.blocking_reader`: done in a worker thread beside the file work they go
-with, a read costs no hand-off to aiosqlite's thread, where it costs five (a cursor, the
-statement, the rows, closing, the rollback), ~0.1 ms of a payload's latency each.
+in, :attr:`Database.blocking_reader`: done beside the file work they go with (on the event loop
+while that is quick, else in a worker thread), a read costs no hand-off to aiosqlite's thread,
+where it costs five (a cursor, the statement, the rows, closing, the rollback), ~0.1 ms of a
+payload's latency each. :attr:`Database.quick_reader` is the same without a busy wait, for the
+reads made on the event loop: one that would wait for a lock fails at once (:func:`is_busy`)
+and is made again in a worker thread.
 """
 
 import asyncio
 import logging
+import sqlite3
 import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
@@ -58,9 +62,10 @@ class Database:
     # statement a transaction of its own (in WAL mode a consistent snapshot by itself). Three
     # round trips to the database's thread fewer on every GET /request; elsewhere the reader.
     statements: async_sessionmaker[AsyncSession]
-    # SQLite (a file) only: the same database through the driver's blocking API, read-only,
-    # for reads made in a worker thread. None elsewhere: use the sessions.
+    # SQLite (a file) only: the same database through the driver's blocking API, read-only.
+    # None elsewhere: use the sessions. The quick one waits for no lock (the event loop's).
     blocking_reader: Engine | None
+    quick_reader: Engine | None
     serialize_writes: bool
     _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -118,8 +123,9 @@ class Database:
         try:
             await self.engine.dispose()
         finally:
-            if self.blocking_reader is not None:
-                self.blocking_reader.dispose()
+            for blocking in (self.blocking_reader, self.quick_reader):
+                if blocking is not None:
+                    blocking.dispose()
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
@@ -158,7 +164,15 @@ def _free_interrupted_statement(cancelled: asyncio.CancelledError) -> None:
         error = error.__cause__ or error.__context__
 
 
-def _blocking_reader(url: str) -> Engine | None:
+def is_busy(exc: BaseException) -> bool:
+    """Whether SQLite refused a statement because another connection holds a lock."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _blocking_reader(url: str, busy_timeout_ms: int) -> Engine | None:
     """A read-only engine on the same SQLite file through pysqlite (None for a database in
     memory, which another connection could not see)."""
     parsed = make_url(url)
@@ -171,7 +185,7 @@ def _blocking_reader(url: str) -> Engine | None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.execute("PRAGMA query_only=ON")
         cursor.close()
 
@@ -181,9 +195,10 @@ def _blocking_reader(url: str) -> Engine | None:
 def open_database(url: str) -> Database:
     engine = create_async_engine(url, pool_pre_ping=not url.startswith("sqlite"))
     writer_engine = statements_engine = engine
-    blocking_reader = None
+    blocking_reader = quick_reader = None
     if engine.dialect.name == "sqlite":
-        blocking_reader = _blocking_reader(url)
+        blocking_reader = _blocking_reader(url, _BUSY_TIMEOUT_MS)
+        quick_reader = _blocking_reader(url, 0)
         _configure_sqlite(engine)
         writer_engine = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
         statements_engine = engine.execution_options(**{_BEGIN_OPTION: _NO_BEGIN})
@@ -193,5 +208,6 @@ def open_database(url: str) -> Database:
         writer=async_sessionmaker(writer_engine, expire_on_commit=False),
         statements=async_sessionmaker(statements_engine, expire_on_commit=False),
         blocking_reader=blocking_reader,
+        quick_reader=quick_reader,
         serialize_writes=engine.dialect.name == "sqlite",
     )

@@ -69,11 +69,13 @@ class Metrics:
         self.file_work = Counter(
             "context_file_work",
             "Runs of blocking work that may run on the event loop, by work and where it ran. "
-            "append: a group of appends' write and fsync; read: a context's row read on SQLite "
-            "and its current.jsonl opened and checked. event_loop while such work is quick "
+            "append: a group of appends' write and fsync; read: a context's row read under its "
+            "lock on SQLite (its directory checked on PostgreSQL) and its current.jsonl opened "
+            "and checked for a payload. event_loop while such work is quick "
             "(INLINE_FILE_WORK_MS); worker_thread for the rest (appends: a task's first after a "
-            "while, usage reports, threads, large messages, keys on SQLite; reads: a context's "
-            "first payload or a large one) and while the disk is slow.",
+            "while, usage reports, threads, large messages, keys on SQLite; reads: much to "
+            "parse, a large file, the database busy) and while the disk is slow. A read begun on "
+            "the loop that finds it would wait counts there and again in a worker thread.",
             ["work", "where"],
             registry=r,
         )

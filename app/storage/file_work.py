@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Literal, TypeVar
 
 T = TypeVar("T")
@@ -31,6 +32,11 @@ SMOOTHING = 0.1
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 AGAIN_WITHIN_S = 10.0
+
+
+class NotQuick(Exception):
+    """Work begun on the event loop found it would wait, or take longer than the loop allows
+    (a lock held, much to parse, a directory to move): to be done in a worker thread."""
 
 
 class FileWork:
@@ -72,6 +78,18 @@ class FileWork:
             return work()
         finally:
             self._took(self._clock() - started)
+
+    async def run_quickly(self, work: Callable[[bool], T], *, may_be_quick: bool = True) -> T:
+        """``work(True)`` on the loop while work there has been quick (and the caller does
+        not know it is not: ``may_be_quick``); ``work(False)`` in a worker thread otherwise,
+        and when the quick one raised :class:`NotQuick` (which it does as soon as it finds it
+        would block, having changed nothing)."""
+        if may_be_quick and self.on_loop_now():
+            try:
+                return await self.run(partial(work, True), may_block_loop=True)
+            except NotQuick:
+                pass
+        return await self.run(partial(work, False), may_block_loop=False)
 
     def _ran(self, where: RanOn) -> None:
         if self._on_run is not None:

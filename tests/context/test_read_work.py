@@ -1,11 +1,14 @@
 """Which reads of a context run on the event loop: the task's row (on SQLite, through a
 blocking connection) and current.jsonl opened and checked for a payload, while such reads are
-quick and there is little of the file to parse (what a payload of this process found whole
-before is only hashed). A context's first payload past a few dozen KiB, or a context larger
-than one read, is checked in a worker thread. Either way the same payload is served, and
-damage made in place is found. Where each read ran is the service's metric
-``context_file_work_total{work="read"}``."""
+quick and there is little to parse (what a payload of this process found whole before is only
+hashed). A read that would wait or work longer (a first check of many bytes, a file rewritten
+since, a file larger than one read, a large metadata.json, a directory to move; the database
+busy: tests/db/test_engine.py) is made in a worker thread. Either way the same payload is
+served, and damage made in place is found. Where each read ran is the service's metric
+``context_file_work_total{work="read"}``; on PostgreSQL the row is read asynchronously, and the
+loop's share is the directory's check and the file's opening."""
 
+import shutil
 from pathlib import Path
 
 import httpx
@@ -41,17 +44,31 @@ def contents(response: httpx.Response) -> list[str]:
     return [m["content"] for m in response.json()["messages"]][1:]  # after the system prompt
 
 
-async def test_a_small_context_is_read_from_the_loop_and_served_alike(context_dir: Path) -> None:
+def user(content: str) -> dict[str, str]:
+    return {"role": "user", "content": content}
+
+
+async def long_context(client: httpx.AsyncClient) -> str:
+    """A task whose current.jsonl is past LOOP_PARSE_BYTES."""
+    uuid = await new_task(client)
+    long_text = "word " * 2000
+    for n in range(LOOP_PARSE_BYTES // len(long_text) + 2):
+        await post_messages(client, uuid, user(f"{n} {long_text}"))
+    return uuid
+
+
+async def test_a_small_context_is_read_from_the_loop_and_served_alike(
+    context_dir: Path, database_url: str
+) -> None:
     async with running_app(quick_settings(context_dir)) as client:
         uuid = await task_with_messages(client, 5, "step")
-        first, (on_loop, in_threads) = await payload_and_runs(client, uuid)
-        assert on_loop >= 1  # SQLite: one call; PostgreSQL: two (the directory, the file)
-        assert in_threads == 0
+        first, ran = await payload_and_runs(client, uuid)
+        # SQLite: one call; PostgreSQL: the directory's check, then the file's opening.
+        assert ran == ((2, 0) if database_url else (1, 0))
         assert contents(first) == [f"step {n}" for n in range(5)]
     async with running_app(quick_settings(context_dir, limit_ms=0)) as client:
-        threaded, (on_loop, in_threads) = await payload_and_runs(client, uuid)
-        assert on_loop == 0
-        assert in_threads >= 1
+        threaded, ran = await payload_and_runs(client, uuid)
+        assert ran == ((0, 2) if database_url else (0, 1))
     assert threaded.content == first.content
     assert threaded.headers["X-Context-Tokens"] == first.headers["X-Context-Tokens"]
 
@@ -60,18 +77,30 @@ async def test_a_first_check_of_many_bytes_runs_in_a_worker_thread(context_dir: 
     """Past LOOP_PARSE_BYTES not yet found whole: the row is read on the loop, current.jsonl
     checked in a thread. The next payloads parse only what was appended since: on the loop."""
     async with running_app(quick_settings(context_dir)) as client:
-        uuid = await new_task(client)
-        long_text = "word " * 2000
-        for n in range(LOOP_PARSE_BYTES // len(long_text) + 2):
-            await post_messages(client, uuid, {"role": "user", "content": f"{n} {long_text}"})
-        _, (on_loop, in_threads) = await payload_and_runs(client, uuid)
-        assert on_loop >= 1
-        assert in_threads == 1
-        await post_messages(client, uuid, {"role": "user", "content": "short"})
-        served, (on_loop, in_threads) = await payload_and_runs(client, uuid)
-        assert on_loop >= 1
+        uuid = await long_context(client)
+        _, ran = await payload_and_runs(client, uuid)
+        assert ran == (1, 1)
+        await post_messages(client, uuid, user("short"))
+        served, (_, in_threads) = await payload_and_runs(client, uuid)
         assert in_threads == 0
         assert contents(served)[-1] == "short"
+
+
+async def test_a_context_rewritten_since_it_was_found_whole_is_checked_in_a_worker_thread(
+    context_dir: Path, database_url: str
+) -> None:
+    """Its hash no longer matches: the whole file is to be parsed, more than the loop takes.
+    The read on the loop stops there and is made again in a thread."""
+    async with running_app(quick_settings(context_dir)) as client:
+        uuid = await long_context(client)
+        await payload_and_runs(client, uuid)
+        _, ran = await payload_and_runs(client, uuid)
+        assert ran[1] == 0  # found whole: only hashed now
+        current = task_dir(context_dir, uuid) / "current.jsonl"
+        current.write_bytes(current.read_bytes().replace(b"0 word", b"0 WORD", 1))
+        served, ran = await payload_and_runs(client, uuid)
+        assert ran == ((2, 1) if database_url else (1, 1))  # the loop's attempt, the thread's
+        assert contents(served)[0].startswith("0 WORD")  # a line that parses is served
 
 
 async def test_a_context_larger_than_one_read_is_checked_in_a_worker_thread(
@@ -81,11 +110,44 @@ async def test_a_context_larger_than_one_read_is_checked_in_a_worker_thread(
         uuid = await new_task(client, context_length=4_000_000)
         piece = "x" * (256 << 10)
         for n in range(CHUNK // len(piece) + 1):
-            await post_messages(client, uuid, {"role": "user", "content": f"{n} {piece}"})
+            await post_messages(client, uuid, user(f"{n} {piece}"))
         for _ in range(2):  # found whole the first time, it is still more than one read
-            served, (_on_loop, in_threads) = await payload_and_runs(client, uuid)
-            assert in_threads == 1
+            served, ran = await payload_and_runs(client, uuid)
+            assert ran == (1, 1)
             assert len(contents(served)) == CHUNK // len(piece) + 1
+
+
+async def test_a_large_metadata_json_is_read_in_a_worker_thread(context_dir: Path) -> None:
+    """The task's tools live in its metadata.json, read with the snapshot."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "d" * (LOOP_PARSE_BYTES + 1000),
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+    async with running_app(quick_settings(context_dir)) as client:
+        uuid = await new_task(client, tools=[tool])
+        await post_messages(client, uuid, user("hello"))
+        served, ran = await payload_and_runs(client, uuid)
+        assert ran == (1, 1)
+        assert served.json()["tools"][0]["function"]["name"] == "search"
+
+
+async def test_a_misplaced_directory_is_moved_from_a_worker_thread(
+    context_dir: Path, database_url: str
+) -> None:
+    """As a crash between a status change's move and its commit could leave it."""
+    async with running_app(quick_settings(context_dir)) as client:
+        uuid = await task_with_messages(client, 2, "step")
+        misplaced = context_dir / "paused" / uuid
+        misplaced.parent.mkdir(exist_ok=True)
+        shutil.move(task_dir(context_dir, uuid), misplaced)
+        served, ran = await payload_and_runs(client, uuid)
+        assert ran == ((2, 1) if database_url else (1, 1))
+        assert contents(served) == ["step 0", "step 1"]
+    assert task_dir(context_dir, uuid) == context_dir / "running" / uuid
 
 
 async def test_damage_is_found_from_the_loop(context_dir: Path) -> None:

@@ -1,8 +1,10 @@
 """The database on SQLite: the statements session (no BEGIN: each statement its own
 transaction) and the blocking reader (pysqlite, read-only) see what the writer committed, the
-blocking reader can write nothing, and a cancelled transaction leaves no write lock behind."""
+blocking reader can write nothing, the quick reader (the event loop's) waits for no lock, and a
+cancelled transaction leaves no write lock behind."""
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from app.db.engine import open_database
+from app.db.engine import is_busy, open_database
 
 
 async def test_every_way_in_sees_the_writers_commits_and_the_blocking_reader_writes_nothing(
@@ -48,10 +50,49 @@ async def test_every_way_in_sees_the_writers_commits_and_the_blocking_reader_wri
         await db.dispose()
 
 
+async def test_the_quick_reader_fails_at_once_while_another_connection_holds_the_lock(
+    tmp_path: Path,
+) -> None:
+    """In exclusive locking mode a writer keeps even WAL readers out: the event loop's reader
+    is refused at once, recognisably, where the worker threads' would wait (busy_timeout)."""
+    path = tmp_path / "tasks.db"
+    db = open_database(f"sqlite+aiosqlite:///{path}")
+    try:
+        async with db.transaction() as session:
+            await session.execute(text("CREATE TABLE notes (body TEXT)"))
+        await db.engine.dispose()  # the service's own connections closed: only the holder's
+        holder = sqlite3.connect(path)
+        try:
+            holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+            holder.execute("BEGIN EXCLUSIVE")
+            holder.execute("INSERT INTO notes VALUES ('held')")
+            quick = db.quick_reader
+            assert quick is not None
+            started = time.monotonic()
+            with pytest.raises(OperationalError) as refused, quick.connect() as connection:
+                connection.execute(text("SELECT body FROM notes"))
+            assert time.monotonic() - started < 1
+            assert is_busy(refused.value)
+        finally:
+            holder.rollback()
+            holder.close()
+        with quick.connect() as connection:  # the lock given back: read as usual
+            assert list(connection.execute(text("SELECT body FROM notes")).scalars()) == []
+    finally:
+        await db.dispose()
+
+
+def test_only_a_lock_held_elsewhere_is_busy() -> None:
+    assert not is_busy(ValueError("database is locked"))
+    missing = OperationalError("SELECT", {}, sqlite3.OperationalError("no such table: notes"))
+    assert not is_busy(missing)
+
+
 async def test_a_database_in_memory_has_no_blocking_reader() -> None:
     db = open_database("sqlite+aiosqlite:///:memory:")
     try:
         assert db.blocking_reader is None
+        assert db.quick_reader is None
     finally:
         await db.dispose()
 

@@ -4,6 +4,7 @@ a disk gone slow, must not keep blocking every request of the process."""
 
 import logging
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -12,6 +13,7 @@ from app.storage.file_work import (
     FIRST_BACKOFF_S,
     MAX_BACKOFF_S,
     FileWork,
+    NotQuick,
     RanOn,
 )
 
@@ -156,3 +158,52 @@ async def test_leaving_the_loop_is_logged_with_the_time_it_took(
     assert "on average (limit 1.00)" in record.getMessage()
     assert record.getMessage().startswith("appends on the event loop took")
     assert "in worker threads for 1 s" in record.getMessage()
+
+
+def _quick_or_not(
+    stop_quickly: bool,
+) -> tuple[list[tuple[bool, threading.Thread]], Callable[[bool], str]]:
+    """Work that records how it was asked to run and where; its quick run raises NotQuick
+    if ``stop_quickly``."""
+    calls: list[tuple[bool, threading.Thread]] = []
+
+    def work(quick: bool) -> str:
+        calls.append((quick, threading.current_thread()))
+        if quick and stop_quickly:
+            raise NotQuick("would block")
+        return "done"
+
+    return calls, work
+
+
+async def test_work_that_may_be_quick_runs_on_the_loop_as_quick() -> None:
+    runs = list[RanOn]()
+    work = FileWork(LIMIT_S, "reads", on_run=runs.append, clock=Clock())
+    calls, quick_or_not = _quick_or_not(stop_quickly=False)
+    assert await work.run_quickly(quick_or_not) == "done"
+    assert calls == [(True, threading.current_thread())]
+    assert runs == ["event_loop"]
+
+
+async def test_work_that_finds_it_would_block_is_done_again_in_a_worker_thread() -> None:
+    runs = list[RanOn]()
+    work = FileWork(LIMIT_S, "reads", on_run=runs.append, clock=Clock())
+    calls, quick_or_not = _quick_or_not(stop_quickly=True)
+    assert await work.run_quickly(quick_or_not) == "done"
+    assert [quick for quick, _ in calls] == [True, False]
+    assert calls[0][1] is threading.current_thread()
+    assert calls[1][1] is not threading.current_thread()
+    assert runs == ["event_loop", "worker_thread"]
+
+
+@pytest.mark.parametrize(("limit_s", "may_be_quick"), [(0, True), (LIMIT_S, False)])
+async def test_work_known_not_to_be_quick_goes_straight_to_a_worker_thread(
+    limit_s: float, may_be_quick: bool
+) -> None:
+    """The loop closed (a limit of 0 here), or the caller knows the work is large."""
+    runs = list[RanOn]()
+    work = FileWork(limit_s, "reads", on_run=runs.append, clock=Clock())
+    calls, quick_or_not = _quick_or_not(stop_quickly=False)
+    assert await work.run_quickly(quick_or_not, may_be_quick=may_be_quick) == "done"
+    assert [quick for quick, _ in calls] == [False]
+    assert runs == ["worker_thread"]
