@@ -147,8 +147,8 @@ class ServerSettings(_Group):
         True,
         description="Once started, keep what startup made (modules, models, routes) out of the "
         "garbage collector's full passes, which otherwise walk all of it and hold every "
-        "request meanwhile. Given back at shutdown unless something else had frozen objects "
-        "before.",
+        "request meanwhile. Given back at shutdown; neither done nor undone when something "
+        "else in the process had frozen objects first.",
     )
 
 

@@ -29,7 +29,7 @@ class _Parsed:
 
 
 class ParsedPrefixes:
-    """Per process; called from worker threads."""
+    """Per process; called from worker threads and the event loop."""
 
     def __init__(self, max_contexts: int = MAX_CONTEXTS) -> None:
         self.max_contexts = max_contexts

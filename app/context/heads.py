@@ -145,7 +145,8 @@ async def load_context(
 def load_context_blocking(
     connection: Connection, task_uuid: str, thread_id: int
 ) -> tuple[Task, HeadState | None, bool] | None:
-    """:func:`load_context` through a blocking connection (in a worker thread)."""
+    """:func:`load_context` through a blocking connection (on the event loop while that is
+    quick, else in a worker thread)."""
     return _context_of(
         connection.execute(_CONTEXT, {"task": task_uuid, "thread": thread_id}).first()
     )

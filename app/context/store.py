@@ -355,8 +355,10 @@ class ContextStore:
 
         The blocking call runs on the event loop while such reads are quick there, in a worker
         thread otherwise: the hand-off to a thread and back cost a payload more than the read.
-        On the loop it waits for nothing: the database busy (SQLite's WAL mode keeps readers
-        from writers, but not always), a directory to move, it is made again in a thread."""
+        On the loop it waits for no lock held elsewhere, moves nothing and parses little: the
+        database busy (SQLite's WAL mode keeps readers from writers, but not always), a
+        directory to move, bytes rewritten since they were found whole, and the whole call is
+        made again in a thread."""
         blocking, quick_reader = self.db.blocking_reader, self.db.quick_reader
         if blocking is not None and quick_reader is not None:
             # Read here, not in a worker thread: the event loop owns this process's pending
@@ -583,7 +585,9 @@ class ContextStore:
                 )
 
             opened = await self.read_work.run_quickly(
-                open_whole, may_be_quick=self._quick_to_open(task_dir, context, head, file_name)
+                open_whole,
+                may_be_quick=self.read_work.on_loop_now()
+                and self._quick_to_open(task_dir, context, head, file_name),
             )
         if opened is not None:
             prefetched, opened.prefetched = opened.prefetched, b""  # the snapshot's to free

@@ -164,12 +164,17 @@ def _free_interrupted_statement(cancelled: asyncio.CancelledError) -> None:
         error = error.__cause__ or error.__context__
 
 
+# What SQLite answers when another connection holds what a statement needs: a lock, or (after
+# its own brief retries in WAL mode) the write-ahead log's index.
+_HELD_ELSEWHERE = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL)
+
+
 def is_busy(exc: BaseException) -> bool:
-    """Whether SQLite refused a statement because another connection holds a lock."""
+    """Whether SQLite refused a statement because another connection holds what it needs."""
     if not isinstance(exc, DBAPIError):
         return False
     code = getattr(exc.orig, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return code is not None and code & 0xFF in _HELD_ELSEWHERE
 
 
 def _blocking_reader(url: str, busy_timeout_ms: int) -> Engine | None:
@@ -179,7 +184,7 @@ def _blocking_reader(url: str, busy_timeout_ms: int) -> Engine | None:
     if parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory":
         return None
     # No cap on connections beyond the pool's five: the reads run in the service's I/O
-    # threads, which bound them, and a thread must never wait on the pool for one.
+    # threads, which bound them, or on the event loop, which must never wait on the pool.
     engine = create_engine(parsed.set(drivername="sqlite"), max_overflow=-1)
 
     @event.listens_for(engine, "connect")

@@ -75,7 +75,8 @@ class Metrics:
             "(INLINE_FILE_WORK_MS); worker_thread for the rest (appends: a task's first after a "
             "while, usage reports, threads, large messages, keys on SQLite; reads: much to "
             "parse, a large file, the database busy) and while the disk is slow. A read begun on "
-            "the loop that finds it would wait counts there and again in a worker thread.",
+            "the loop that finds it would wait or work longer counts there and again in a "
+            "worker thread.",
             ["work", "where"],
             registry=r,
         )

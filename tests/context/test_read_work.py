@@ -2,24 +2,39 @@
 blocking connection) and current.jsonl opened and checked for a payload, while such reads are
 quick and there is little to parse (what a payload of this process found whole before is only
 hashed). A read that would wait or work longer (a first check of many bytes, a file rewritten
-since, a file larger than one read, a large metadata.json, a directory to move; the database
-busy: tests/db/test_engine.py) is made in a worker thread. Either way the same payload is
+since, a file larger than one read, a large metadata.json, a directory to move, the database
+busy) is made in a worker thread. Either way the same payload is
 served, and damage made in place is found. Where each read ran is the service's metric
 ``context_file_work_total{work="read"}``; on PostgreSQL the row is read asynchronously, and the
 loop's share is the directory's check and the file's opening."""
 
 import shutil
+import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
+import orjson
+import pytest
+from sqlalchemy import event
 
 from app.config import Settings
 from app.context.store import LOOP_PARSE_BYTES
+from app.lifespan import open_services
+from app.messages.schemas import MessageIn
 from app.storage.jsonl import CHUNK
+from app.tasks.schemas import TaskCreate
 from tests.support.app import running_app
 from tests.support.files import task_dir
 from tests.support.metrics import file_work_runs
-from tests.support.tasks import new_task, post_messages, task_with_messages
+from tests.support.tasks import (
+    SYSTEM_PROMPT,
+    new_task,
+    post_messages,
+    task_body,
+    task_with_messages,
+)
 
 
 def quick_settings(context_dir: Path, *, limit_ms: float = 100.0) -> Settings:
@@ -174,3 +189,48 @@ async def test_a_limit_of_zero_keeps_every_read_in_worker_threads(context_dir: P
             _, (on_loop, in_threads) = await payload_and_runs(client, uuid)
             assert on_loop == 0
             assert in_threads >= 1
+
+
+def _busy() -> sqlite3.OperationalError:
+    """What pysqlite raises when another connection holds the lock a statement needs."""
+    error = sqlite3.OperationalError("database is locked")
+    error.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    error.sqlite_errorname = "SQLITE_BUSY"
+    return error
+
+
+async def test_a_busy_database_is_read_again_from_a_worker_thread(
+    context_dir: Path, database_url: str
+) -> None:
+    """The driver answers the loop's read SQLITE_BUSY (as it does while another connection
+    holds the database in exclusive locking mode, tests/db/test_engine.py): the read stops at
+    once and is made again through the reader that waits, in a worker thread."""
+    if database_url:
+        pytest.skip("SQLite's locks")
+    settings = quick_settings(context_dir)
+    async with open_services(settings) as services:
+        created, _ = await services.task_creation.create(
+            TaskCreate.model_validate(task_body(system_prompt=SYSTEM_PROMPT))
+        )
+        uuid = created.task.uuid
+        await services.messages.append(uuid, [MessageIn.model_validate(user("step 0"))], None)
+        quick, waiting = services.db.quick_reader, services.db.blocking_reader
+        assert quick is not None
+        assert waiting is not None
+        read_by: dict[str, list[threading.Thread]] = {"quick": [], "waiting": []}
+
+        @event.listens_for(quick, "do_execute")
+        def busy(*_: Any) -> None:
+            read_by["quick"].append(threading.current_thread())
+            raise _busy()
+
+        @event.listens_for(waiting, "do_execute")
+        def read(*_: Any) -> None:
+            read_by["waiting"].append(threading.current_thread())
+
+        stream = await services.payloads.request(uuid, None)
+        served = orjson.loads(await stream.read())
+    assert read_by["quick"] == [threading.main_thread()]
+    assert len(read_by["waiting"]) == 1
+    assert read_by["waiting"][0] is not threading.main_thread()
+    assert [m["content"] for m in served["messages"]][1:] == ["step 0"]
