@@ -205,7 +205,7 @@ class StorageSettings(_Group):
         description="An append of small messages does its file work (write, fsync), and a "
         "read of a context its blocking part (the row on SQLite, current.jsonl opened and "
         "checked for a payload), on the event loop while that takes at most this long on "
-        "average and the read waits for nothing, and in a "
+        "average (a read there waits for no lock, or goes to a worker thread), and in a "
         "worker thread for a while after it took longer (a slow or shared disk). 0: always in "
         "a worker thread.",
     )

@@ -19,15 +19,16 @@ import orjson
 import pytest
 from sqlalchemy import event
 
-from app.config import Settings
 from app.context.store import LOOP_PARSE_BYTES
 from app.lifespan import open_services
 from app.messages.schemas import MessageIn
 from app.storage.jsonl import CHUNK
 from app.tasks.schemas import TaskCreate
 from tests.support.app import running_app
+from tests.support.conversations import user
 from tests.support.files import task_dir
 from tests.support.metrics import file_work_runs
+from tests.support.settings import loop_work_settings
 from tests.support.tasks import (
     SYSTEM_PROMPT,
     new_task,
@@ -35,13 +36,6 @@ from tests.support.tasks import (
     task_body,
     task_with_messages,
 )
-
-
-def quick_settings(context_dir: Path, *, limit_ms: float = 100.0) -> Settings:
-    """A limit far above any read's time: where a read goes is the test's choice alone."""
-    return Settings(
-        context_dir=context_dir, storage={"fsync": "never", "inline_file_work_ms": limit_ms}
-    )
 
 
 async def payload_and_runs(
@@ -59,10 +53,6 @@ def contents(response: httpx.Response) -> list[str]:
     return [m["content"] for m in response.json()["messages"]][1:]  # after the system prompt
 
 
-def user(content: str) -> dict[str, str]:
-    return {"role": "user", "content": content}
-
-
 async def long_context(client: httpx.AsyncClient) -> str:
     """A task whose current.jsonl is past LOOP_PARSE_BYTES."""
     uuid = await new_task(client)
@@ -75,13 +65,13 @@ async def long_context(client: httpx.AsyncClient) -> str:
 async def test_a_small_context_is_read_from_the_loop_and_served_alike(
     context_dir: Path, database_url: str
 ) -> None:
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await task_with_messages(client, 5, "step")
         first, ran = await payload_and_runs(client, uuid)
         # SQLite: one call; PostgreSQL: the directory's check, then the file's opening.
         assert ran == ((2, 0) if database_url else (1, 0))
         assert contents(first) == [f"step {n}" for n in range(5)]
-    async with running_app(quick_settings(context_dir, limit_ms=0)) as client:
+    async with running_app(loop_work_settings(context_dir, limit_ms=0)) as client:
         threaded, ran = await payload_and_runs(client, uuid)
         assert ran == ((0, 2) if database_url else (0, 1))
     assert threaded.content == first.content
@@ -91,7 +81,7 @@ async def test_a_small_context_is_read_from_the_loop_and_served_alike(
 async def test_a_first_check_of_many_bytes_runs_in_a_worker_thread(context_dir: Path) -> None:
     """Past LOOP_PARSE_BYTES not yet found whole: the row is read on the loop, current.jsonl
     checked in a thread. The next payloads parse only what was appended since: on the loop."""
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await long_context(client)
         _, ran = await payload_and_runs(client, uuid)
         assert ran == (1, 1)
@@ -106,7 +96,7 @@ async def test_a_context_rewritten_since_it_was_found_whole_is_checked_in_a_work
 ) -> None:
     """Its hash no longer matches: the whole file is to be parsed, more than the loop takes.
     The read on the loop stops there and is made again in a thread."""
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await long_context(client)
         await payload_and_runs(client, uuid)
         _, ran = await payload_and_runs(client, uuid)
@@ -121,7 +111,7 @@ async def test_a_context_rewritten_since_it_was_found_whole_is_checked_in_a_work
 async def test_a_context_larger_than_one_read_is_checked_in_a_worker_thread(
     context_dir: Path,
 ) -> None:
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await new_task(client, context_length=4_000_000)
         piece = "x" * (256 << 10)
         for n in range(CHUNK // len(piece) + 1):
@@ -142,7 +132,7 @@ async def test_a_large_metadata_json_is_read_in_a_worker_thread(context_dir: Pat
             "parameters": {"type": "object", "properties": {}},
         },
     }
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await new_task(client, tools=[tool])
         await post_messages(client, uuid, user("hello"))
         served, ran = await payload_and_runs(client, uuid)
@@ -154,7 +144,7 @@ async def test_a_misplaced_directory_is_moved_from_a_worker_thread(
     context_dir: Path, database_url: str
 ) -> None:
     """As a crash between a status change's move and its commit could leave it."""
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await task_with_messages(client, 2, "step")
         misplaced = context_dir / "paused" / uuid
         misplaced.parent.mkdir(exist_ok=True)
@@ -168,7 +158,7 @@ async def test_a_misplaced_directory_is_moved_from_a_worker_thread(
 async def test_damage_is_found_from_the_loop(context_dir: Path) -> None:
     """Bytes changed in place inside what the last payload found whole: the hash differs, the
     context is rebuilt from messages.jsonl before any byte is served."""
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await task_with_messages(client, 5, "step")
         await payload_and_runs(client, uuid)
         current = task_dir(context_dir, uuid) / "current.jsonl"
@@ -183,7 +173,7 @@ async def test_damage_is_found_from_the_loop(context_dir: Path) -> None:
 
 
 async def test_a_limit_of_zero_keeps_every_read_in_worker_threads(context_dir: Path) -> None:
-    async with running_app(quick_settings(context_dir, limit_ms=0)) as client:
+    async with running_app(loop_work_settings(context_dir, limit_ms=0)) as client:
         uuid = await task_with_messages(client, 3, "step")
         for _ in range(3):
             _, (on_loop, in_threads) = await payload_and_runs(client, uuid)
@@ -207,7 +197,7 @@ async def test_a_busy_database_is_read_again_from_a_worker_thread(
     once and is made again through the reader that waits, in a worker thread."""
     if database_url:
         pytest.skip("SQLite's locks")
-    settings = quick_settings(context_dir)
+    settings = loop_work_settings(context_dir)
     async with open_services(settings) as services:
         created, _ = await services.task_creation.create(
             TaskCreate.model_validate(task_body(system_prompt=SYSTEM_PROMPT))

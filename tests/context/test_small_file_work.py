@@ -10,10 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
 from tests.support.app import running_app
+from tests.support.conversations import user
 from tests.support.files import read_jsonl, task_dir
 from tests.support.metrics import file_work_runs
+from tests.support.settings import loop_work_settings
 from tests.support.tasks import new_task, post_messages
 from tests.support.threads import start
 
@@ -23,14 +24,6 @@ def rows_remembered_long(monkeypatch: pytest.MonkeyPatch) -> None:
     """However slow the machine, an append within a minute of the last takes this process's
     copy of the row (kept for a second otherwise), as appends close together do."""
     monkeypatch.setattr("app.context.store.REMEMBERED_ROW_S", 60.0)
-
-
-def quick_settings(context_dir: Path, *, limit_ms: float = 100.0) -> Settings:
-    """No fsync and a limit far above any write's time: where an append goes is the test's
-    choice alone, whatever the machine's disk does meanwhile."""
-    return Settings(
-        context_dir=context_dir, storage={"fsync": "never", "inline_file_work_ms": limit_ms}
-    )
 
 
 ON_THE_LOOP, IN_A_THREAD = (1, 0), (0, 1)
@@ -48,14 +41,10 @@ async def where_it_ran(
     return after[0] - before[0], after[1] - before[1]
 
 
-def user(content: str) -> dict[str, str]:
-    return {"role": "user", "content": content}
-
-
 async def test_appends_close_together_write_from_the_loop_and_commit_alike(
     context_dir: Path,
 ) -> None:
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await new_task(client)
         # The first append reads the task's row: the files may need a repair.
         assert await where_it_ran(client, uuid, user("step 0")) == IN_A_THREAD
@@ -75,7 +64,7 @@ async def test_a_large_message_and_a_large_batch_are_written_from_a_worker_threa
 ) -> None:
     """Counting long messages' tokens takes milliseconds: not on the loop, whether the size is
     one message's or a batch's."""
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await new_task(client)
         await post_messages(client, uuid, user("first"))
         assert await where_it_ran(client, uuid, user("x" * 9000)) == IN_A_THREAD
@@ -91,7 +80,7 @@ async def test_an_append_reporting_usage_is_written_from_a_worker_thread(
 ) -> None:
     """Reported usage may calibrate the task: the append reads the task's row, so its files
     may need a repair."""
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await new_task(client)
         await post_messages(client, uuid, user("first"))
         reply = {"role": "assistant", "content": "done", "usage": {"prompt_tokens": 40}}
@@ -102,7 +91,7 @@ async def test_an_append_reporting_usage_is_written_from_a_worker_thread(
 
 
 async def test_an_append_to_a_thread_is_written_from_a_worker_thread(context_dir: Path) -> None:
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await new_task(client)
         await post_messages(client, uuid, user("first"))
         thread = {"thread_id": (await start(client, uuid, label="look around"))["thread_id"]}
@@ -117,7 +106,7 @@ async def test_a_keyed_append_reads_its_keys_beside_its_files(
     """On SQLite a key's lookup is a blocking read in the same call as the files, so that call
     is a worker thread's; on PostgreSQL the lookup is asynchronous and the files may be
     written from the loop. Either way a replay is answered from the key."""
-    async with running_app(quick_settings(context_dir)) as client:
+    async with running_app(loop_work_settings(context_dir)) as client:
         uuid = await new_task(client)
         await post_messages(client, uuid, user("first"))
         expected = ON_THE_LOOP if database_url else IN_A_THREAD
@@ -129,7 +118,7 @@ async def test_a_keyed_append_reads_its_keys_beside_its_files(
 
 
 async def test_a_limit_of_zero_keeps_every_append_in_worker_threads(context_dir: Path) -> None:
-    async with running_app(quick_settings(context_dir, limit_ms=0)) as client:
+    async with running_app(loop_work_settings(context_dir, limit_ms=0)) as client:
         uuid = await new_task(client)
         for step in range(4):
             assert await where_it_ran(client, uuid, user(f"step {step}")) == IN_A_THREAD

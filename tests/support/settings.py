@@ -45,6 +45,14 @@ def fast_settings(context_dir: Path, **extra: Any) -> Settings:
     return Settings(**layered(values, extra))
 
 
+def loop_work_settings(context_dir: Path, *, limit_ms: float = 100.0) -> Settings:
+    """No fsync and an INLINE_FILE_WORK_MS far above any small write's or read's time: whether
+    work runs on the event loop is the test's choice alone, whatever the disk does meanwhile."""
+    return Settings(
+        context_dir=context_dir, storage={"fsync": "never", "inline_file_work_ms": limit_ms}
+    )
+
+
 def llm_settings(context_dir: Path, fake: FakeLLM, kind: str = "openai", **extra: Any) -> Settings:
     """Fast settings with the fake LLM server as the default backend (of ``kind``)."""
     values = {"llm": {"backend": kind, "base_url": fake.base_url, "model": "fake-model"}}
