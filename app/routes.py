@@ -29,10 +29,12 @@ from app.tools.endpoints import router as tools_router
 from app.ui.endpoints import login_router as ui_login_router
 from app.ui.endpoints import router as ui_router
 
+# In routing order: FastAPI tries the routers in turn, and every route it passes costs a
+# request a match of its path. An agent's step takes the first two, an append and a payload.
 API_ROUTERS = (
-    tasks_router,
     messages_router,
     payloads_router,
+    tasks_router,
     compaction_router,
     jobs_router,
     tools_router,

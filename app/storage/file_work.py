@@ -1,5 +1,5 @@
-"""Where small blocking file work runs: on the event loop while such work has been quick, in a
-worker thread otherwise.
+"""Where small blocking file work runs: on the event loop while such work has waited little
+there, in a worker thread otherwise.
 
 A worker thread costs more than the work when the work is a few syscalls and a little Python:
 the hand-off to the thread and back, and above all the interpreter's lock, which the thread
@@ -8,6 +8,11 @@ busy. (Measured in-process with 8 agents appending to their own tasks, fsync on:
 per append through a thread, 0.4 ms on the loop.) On a disk whose fsync takes a fraction of a
 millisecond the loop can afford to wait for it; on a slow or shared one it cannot, and the
 work goes back to threads, where fsyncs also overlap.
+
+What is followed is the work's wait on the loop (its wall time less the CPU time the loop's
+thread spent in it), not its whole duration: the Python part of the work holds the
+interpreter's lock in a worker thread as much as on the loop, and a slower CPU would otherwise
+send small appends to threads where they only cost more.
 """
 
 import asyncio
@@ -22,7 +27,7 @@ RanOn = Literal["event_loop", "worker_thread"]
 
 log = logging.getLogger(__name__)
 
-# The work's duration on the loop is followed as a moving average, which starts at half the
+# The work's wait on the loop is followed as a moving average, which starts at half the
 # limit: a rare slow run (the process preempted) moves it little; one stall of ~6-8 limits, or
 # a few runs of a disk gone slow, move it over. The stall itself has blocked the loop by then.
 SMOOTHING = 0.1
@@ -41,9 +46,10 @@ class NotQuick(Exception):
 
 class FileWork:
     """Runs blocking file work on the event loop (when the caller says it may and recent work
-    there was quick) or in a worker thread. ``limit_s`` 0: always a worker thread. ``name``
+    there waited little) or in a worker thread. ``limit_s`` 0: always a worker thread. ``name``
     says what work it is in the log; ``on_run`` learns where each run went (the service counts
-    them in its metrics)."""
+    them in its metrics). ``clock`` tells wall time, ``cpu_clock`` the CPU time of the thread
+    that calls it."""
 
     def __init__(
         self,
@@ -52,10 +58,12 @@ class FileWork:
         *,
         on_run: Callable[[RanOn], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.limit_s = limit_s
         self.name = name
         self._clock = clock
+        self._cpu_clock = cpu_clock
         self._on_run = on_run
         self._threads_until = 0.0
         self._backoff_s = FIRST_BACKOFF_S
@@ -73,14 +81,14 @@ class FileWork:
             self._ran("worker_thread")
             return await asyncio.to_thread(work)
         self._ran("event_loop")
-        started = self._clock()
+        started, cpu_started = self._clock(), self._cpu_clock()
         try:
             return work()
         finally:
-            self._took(self._clock() - started)
+            self._waited((self._clock() - started) - (self._cpu_clock() - cpu_started))
 
     async def run_quickly(self, work: Callable[[bool], T], *, may_be_quick: bool = True) -> T:
-        """``work(True)`` on the loop while work there has been quick (and the caller does
+        """``work(True)`` on the loop while work there has waited little (and the caller does
         not know it is not: ``may_be_quick``); ``work(False)`` in a worker thread otherwise,
         and when the quick one raised :class:`NotQuick` (which it does as soon as it finds it
         would block, having changed nothing)."""
@@ -95,7 +103,7 @@ class FileWork:
         if self._on_run is not None:
             self._on_run(where)
 
-    def _took(self, seconds: float) -> None:
+    def _waited(self, seconds: float) -> None:
         self._average_s += SMOOTHING * (seconds - self._average_s)
         if self._average_s <= self.limit_s:
             return
@@ -103,7 +111,7 @@ class FileWork:
         if now - self._threads_until > AGAIN_WITHIN_S:
             self._backoff_s = FIRST_BACKOFF_S
         log.info(
-            "%s on the event loop took %.2f ms on average (limit %.2f): "
+            "%s on the event loop waited %.2f ms on average (limit %.2f): "
             "in worker threads for %.0f s",
             self.name,
             self._average_s * 1000,

@@ -11,6 +11,7 @@ CONTEXT_DIR/
                      their tasks
 """
 
+import functools
 import os
 import uuid as uuid_module
 from dataclasses import dataclass
@@ -43,9 +44,18 @@ def context_dir(task_dir: Path, thread_id: int) -> Path:
     return task_dir / THREADS / str(int(thread_id)) if thread_id else task_dir
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_uuid(value: str) -> str:
-    """The one spelling of a task uuid used in paths and rows; ValueError for anything else."""
+    """The one spelling of a task uuid used in paths and rows; ValueError for anything else.
+    Remembered for the tasks in use: an append asks for it several times."""
     return str(uuid_module.UUID(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _below(root: Path, folder: str, name: str) -> Path:
+    """``root / folder / name``, remembered for the tasks in use (a join of paths costs an
+    append a few microseconds each time)."""
+    return root / folder / name
 
 
 @dataclass(frozen=True)
@@ -58,13 +68,13 @@ class Layout:
 
     def location_dir(self, location: str, task_uuid: str) -> Path:
         # Paths are only ever built from a canonical uuid: nothing else reaches the filesystem.
-        return self.root / location / canonical_uuid(task_uuid)
+        return _below(self.root, location, canonical_uuid(task_uuid))
 
     def task_dir(self, status: str, task_uuid: str) -> Path:
         return self.location_dir(STATUS_DIRS[status], task_uuid)
 
     def lock_path(self, task_uuid: str) -> Path:
-        return self.root / ".locks" / f"{canonical_uuid(task_uuid)}.lock"
+        return _below(self.root, ".locks", f"{canonical_uuid(task_uuid)}.lock")
 
     def global_lock_path(self) -> Path:
         return self.root / ".locks" / "startup.lock"

@@ -21,18 +21,31 @@ LIMIT_S = 0.001
 
 
 class Clock:
-    """Time that passes only when a test says so (work "takes" what it adds)."""
+    """Time that passes only when a test says so (work "takes" what it adds): wall time
+    (``now``), and the CPU time of the thread that runs the work (``spent``)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
+        self.spent = 0.0
 
     def __call__(self) -> float:
         return self.now
 
+    def cpu(self) -> float:
+        return self.spent
 
-def taking(clock: Clock, seconds: float) -> threading.Thread:
-    """Work that takes ``seconds`` and tells which thread ran it."""
+
+def file_work(
+    limit_s: float, clock: Clock, on_run: Callable[[RanOn], None] | None = None
+) -> FileWork:
+    return FileWork(limit_s, "appends", on_run=on_run, clock=clock, cpu_clock=clock.cpu)
+
+
+def taking(clock: Clock, seconds: float, *, computing: bool = False) -> threading.Thread:
+    """Work that takes ``seconds`` (waiting, or ``computing``) and tells which thread ran it."""
     clock.now += seconds
+    if computing:
+        clock.spent += seconds
     return threading.current_thread()
 
 
@@ -44,10 +57,27 @@ async def runs_on_the_loop(work: FileWork, clock: Clock, seconds: float = 0.0002
 
 async def test_quick_work_runs_on_the_loop_and_says_so() -> None:
     clock, runs = Clock(), list[RanOn]()
-    work = FileWork(LIMIT_S, "appends", on_run=runs.append, clock=clock)
+    work = file_work(LIMIT_S, clock, runs.append)
     for _ in range(3):
         assert await runs_on_the_loop(work, clock)
     assert runs == ["event_loop"] * 3
+
+
+async def test_only_the_works_waits_count_not_its_computing() -> None:
+    """Work that computes for several limits blocks the loop no more than it would hold the
+    interpreter's lock in a thread: it stays on the loop. The same time spent waiting does
+    not."""
+    clock = Clock()
+    work = file_work(LIMIT_S, clock)
+    for _ in range(50):
+        ran_on = await work.run(
+            lambda: taking(clock, 3 * LIMIT_S, computing=True), may_block_loop=True
+        )
+        assert ran_on is threading.current_thread()
+    assert work.on_loop_now()
+    for _ in range(10):
+        await runs_on_the_loop(work, clock, seconds=3 * LIMIT_S)
+    assert not work.on_loop_now()
 
 
 async def test_work_the_caller_keeps_off_the_loop_runs_in_a_worker_thread() -> None:
@@ -67,7 +97,7 @@ async def test_a_limit_of_zero_keeps_all_work_in_worker_threads() -> None:
 
 async def test_a_stall_sends_work_to_threads_for_a_second_then_back_to_the_loop() -> None:
     clock = Clock()
-    work = FileWork(LIMIT_S, "appends", clock=clock)
+    work = file_work(LIMIT_S, clock)
     assert await runs_on_the_loop(work, clock)
     assert await runs_on_the_loop(work, clock, seconds=0.05)  # ran there, and stalled it
     assert not work.on_loop_now()
@@ -83,7 +113,7 @@ async def test_a_rare_slow_run_keeps_the_loop_and_slow_runs_in_a_row_leave_it() 
     """A run of three limits (the process preempted once) changes little; a disk whose work
     now takes three limits every time is off the loop after a few runs."""
     clock = Clock()
-    work = FileWork(LIMIT_S, "appends", clock=clock)
+    work = file_work(LIMIT_S, clock)
     for _ in range(20):
         assert await runs_on_the_loop(work, clock)
     assert await runs_on_the_loop(work, clock, seconds=3 * LIMIT_S)
@@ -97,7 +127,7 @@ async def test_a_rare_slow_run_keeps_the_loop_and_slow_runs_in_a_row_leave_it() 
 
 async def test_stalls_close_together_keep_work_in_threads_longer_up_to_a_cap() -> None:
     clock = Clock()
-    work = FileWork(LIMIT_S, "appends", clock=clock)
+    work = file_work(LIMIT_S, clock)
     expected = FIRST_BACKOFF_S
     for _ in range(10):
         assert await runs_on_the_loop(work, clock, seconds=0.05)
@@ -113,7 +143,7 @@ async def test_stalls_close_together_keep_work_in_threads_longer_up_to_a_cap() -
 async def test_stalls_now_and_then_each_send_work_to_threads_for_a_second() -> None:
     """A stall well after the work came back to the loop is not a disk still slow."""
     clock = Clock()
-    work = FileWork(LIMIT_S, "appends", clock=clock)
+    work = file_work(LIMIT_S, clock)
     for _ in range(5):
         assert await runs_on_the_loop(work, clock, seconds=0.05)
         clock.now += FIRST_BACKOFF_S
@@ -134,7 +164,7 @@ async def test_stalls_now_and_then_each_send_work_to_threads_for_a_second() -> N
 
 async def test_an_error_of_the_work_is_raised_and_its_time_still_counts() -> None:
     clock = Clock()
-    work = FileWork(LIMIT_S, "appends", clock=clock)
+    work = file_work(LIMIT_S, clock)
 
     def failing() -> None:
         clock.now += 0.05
@@ -151,12 +181,12 @@ async def test_leaving_the_loop_is_logged_with_the_time_it_took(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = Clock()
-    work = FileWork(LIMIT_S, "appends", clock=clock)
+    work = file_work(LIMIT_S, clock)
     with caplog.at_level(logging.INFO, logger="app.storage.file_work"):
         await runs_on_the_loop(work, clock, seconds=0.05)
     [record] = caplog.records
     assert "on average (limit 1.00)" in record.getMessage()
-    assert record.getMessage().startswith("appends on the event loop took")
+    assert record.getMessage().startswith("appends on the event loop waited")
     assert "in worker threads for 1 s" in record.getMessage()
 
 
