@@ -7,9 +7,9 @@ says how much of them is committed and counted.
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Insert, Update, and_, bindparam, select, update
 from sqlalchemy import inspect as sa_inspect
@@ -23,6 +23,7 @@ from app.context.records import HeadState, IdempotentResult, StatsDelta
 from app.db.models import ContextHead, IdempotencyKey, Task, Thread
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 # Every append moves its head and touches its task (and thread) row, every payload served
 # records its tokens: Core UPDATEs on the tables, as the ORM's DML path costs about a third of
 # the commit's CPU again (bench/README.md).
@@ -244,22 +245,23 @@ async def commit_head(
             .where(THREADS.c.task_uuid == task_uuid, THREADS.c.thread_id == thread_id)
             .values(**thread_values)
         )
-    await _register_keys(session, [(task_uuid, key, now) for key in keys])
+    registered = [(task_uuid, key, now) for key in keys]
+    await in_session(session, lambda connection: _register_keys(connection, registered))
 
 
-async def write_pending(
-    session: AsyncSession, entries: list[tuple[ContextKey, PendingHead]]
+def write_pending(
+    connection: Connection, entries: list[tuple[ContextKey, PendingHead]]
 ) -> list[tuple[ContextKey, PendingHead]]:
     """Move contexts' heads from their bases to their pending heads, with the counters and
     keys of the records between (their task locks held, so no head moves meanwhile): only
     those whose database head is still the base (otherwise another process adopted those
     records from the files and counted them itself). The heads are read in one query, and
-    moved with one executemany per table. Returns the entries written."""
+    moved with one executemany per table. Returns the entries written. Blocking: in a worker
+    thread, or through :func:`in_session`."""
     if not entries:
         return []
-    connection = await session.connection()
     tasks = {task_uuid for (task_uuid, _), _ in entries}
-    rows = await connection.execute(_HEAD_BASES, {"tasks": sorted(tasks)})
+    rows = connection.execute(_HEAD_BASES, {"tasks": sorted(tasks)})
     found = {(row[0], row[1]): tuple(row[2:]) for row in rows}
     written = []
     for key, entry in entries:
@@ -270,11 +272,11 @@ async def write_pending(
             log.info("task %s thread %d: pending head dropped, the head moved", *key)
     if not written:
         return []
-    await connection.execute(
+    connection.execute(
         _HEAD_MOVE,
         [{"b_task": key[0], "b_thread": key[1], **vars(entry.head)} for key, entry in written],
     )
-    await connection.execute(
+    connection.execute(
         _TASK_COUNTS,
         [
             {
@@ -290,15 +292,15 @@ async def write_pending(
     )
     threads = [(key, entry) for key, entry in written if key[1]]
     if threads:
-        await connection.execute(
+        connection.execute(
             _THREAD_COUNT,
             [
                 {"b_task": key[0], "b_thread": key[1], "b_messages": entry.stats.messages}
                 for key, entry in threads
             ],
         )
-    await _register_keys(
-        session,
+    _register_keys(
+        connection,
         [
             (task_uuid, key, entry.updated_at or datetime.now(UTC))
             for (task_uuid, _), entry in written
@@ -308,15 +310,20 @@ async def write_pending(
     return written
 
 
-async def write_served(session: AsyncSession, served: dict[str, int]) -> None:
+def write_served(connection: Connection, served: dict[str, int]) -> None:
     """The counted tokens of the payload served last, for the next reported usage, of each
-    task: one executemany."""
+    task: one executemany. Blocking, as :func:`write_pending`."""
     if served:
-        connection = await session.connection()
-        await connection.execute(
+        connection.execute(
             _SERVED,
             [{"b_task": task_uuid, "b_tokens": tokens} for task_uuid, tokens in served.items()],
         )
+
+
+async def in_session(session: AsyncSession, work: Callable[[Connection], T]) -> T:
+    """``work``, written for a blocking connection, on the session's (which runs each of its
+    statements without blocking the event loop)."""
+    return await session.run_sync(lambda sync_session: work(sync_session.connection()))
 
 
 def stats_values(recovery: Recovery, stats: StatsDelta, thread_id: int) -> dict[str, Any]:
@@ -377,14 +384,13 @@ def _head_update(task_uuid: str, thread_id: int, head: HeadState) -> Update:
     )
 
 
-async def _register_keys(
-    session: AsyncSession, keys: list[tuple[str, IdempotentResult, datetime]]
+def _register_keys(
+    connection: Connection, keys: list[tuple[str, IdempotentResult, datetime]]
 ) -> None:
-    """Register (task, key, when) in one executemany."""
+    """Register (task, key, when) in one executemany. Blocking, as :func:`write_pending`."""
     if not keys:
         return
-    connection = await session.connection()
-    await connection.execute(
+    connection.execute(
         _KEY_INSERTS[connection.dialect.name],
         [
             {

@@ -965,7 +965,8 @@ class ContextStore:
         pending = self.write_behind.pending.get(key)
         async with self.db.transaction() as session:
             if pending is not None:
-                await heads.write_pending(session, [(key, pending)])
+                due = [(key, pending)]
+                await heads.in_session(session, lambda c: heads.write_pending(c, due))
             await heads.commit_head(session, key, head, task_values, keys, thread_values, now)
         self.write_behind.pending.take(key)
         # The row moved with more than the head: the next append reads it (the copy would fail

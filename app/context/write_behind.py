@@ -3,20 +3,27 @@
 While any are pending, a background round every ``head_flush_ms`` writes those of the tasks
 whose locks are free; a read that must see every acknowledged append flushes its task, waiting
 for the lock.
+
+A round holds its tasks' locks while it writes, and an append to one of them waits that long.
+On SQLite a round's transaction is one call of a worker thread through the driver's blocking
+API (:meth:`app.db.engine.Database.write_at_once`): through aiosqlite each of its statements
+was a hand-off to the database's thread and back, and a round held its locks ~4-5 ms.
 """
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, suppress
+from functools import partial
 from typing import NamedTuple
 
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context import heads
 from app.context.pending import ContextKey, PendingHead, PendingHeads
 from app.context.records import HeadState
-from app.db.engine import Database
+from app.db.engine import Database, WriterBusy
 from app.errors import InsufficientStorage, StorageUnavailable, TaskNotFound
 from app.storage.locks import TaskLocks
 
@@ -97,18 +104,36 @@ class WriteBehind:
                     # A read needs no free space: it answers with the counters written so far.
                     log.warning("pending heads not written: %s", exc.message)
             return
+        # Tasks in use are left to the next round before it begins: a round with nothing to
+        # write takes no write lock.
+        tasks = {t for t in tasks if not self.locks.in_use(t)}
+        if not tasks or await self._round_at_once(tasks):
+            return
         # The locks are tried once the transaction is begun (on SQLite, the database's write
         # lock held): a round that waits for another writer holds no task lock meanwhile, for
-        # an append to that task to wait behind. Tasks in use are left to the next round
-        # before it begins: a round with nothing to write takes no write lock.
-        tasks = {t for t in tasks if not self.locks.in_use(t)}
-        if not tasks:
-            return
+        # an append to that task to wait behind.
         async with AsyncExitStack() as held_locks:
             async with self.db.transaction() as session:
                 held = await held_locks.enter_async_context(self.locks.try_hold_each(tasks))
                 written = await self._write_in(session, self._due(held))
             self._settle(written)  # the locks still held
+
+    async def _round_at_once(self, tasks: set[str]) -> bool:
+        """On SQLite, a round of ``tasks`` whose locks are free written in one call of a
+        worker thread, which waits for no other writer: whether it was (False: the database
+        has no such writer, or another process is writing, and nothing was)."""
+        if self.db.blocking_writer is None:
+            return False
+        async with self.db.write_turn(), self.locks.try_hold_each(tasks) as held:
+            due = self._due(held)
+            if not (due.entries or due.served):
+                return True
+            try:
+                written = await asyncio.to_thread(self.db.write_at_once, partial(_write_due, due))
+            except WriterBusy:
+                return False
+            self._settle(written)
+        return True
 
     async def write(self, task_uuids: set[str]) -> None:
         """Write these tasks' pending heads; hold their locks. The heads stay pending until
@@ -126,9 +151,7 @@ class WriteBehind:
 
     async def _write_in(self, session: AsyncSession, due: _Due) -> _Written:
         """Write these pending heads in the session's transaction (their tasks' locks held)."""
-        written = await heads.write_pending(session, due.entries)
-        await heads.write_served(session, due.served)
-        return _Written(due, written)
+        return await heads.in_session(session, partial(_write_due, due))
 
     def _settle(self, done: _Written) -> None:
         """After the commit of :meth:`_write_in` (the locks still held): what it wrote is no
@@ -151,7 +174,8 @@ class WriteBehind:
             return
         try:
             async with self.db.transaction() as session:
-                await heads.write_served(session, {task_uuid: tokens})
+                served = {task_uuid: tokens}
+                await heads.in_session(session, lambda c: heads.write_served(c, served))
         except (InsufficientStorage, StorageUnavailable) as exc:
             log.warning("task %s: payload tokens not recorded: %s", task_uuid, exc.message)
 
@@ -168,6 +192,14 @@ class WriteBehind:
         if self._flusher is not None:
             await self._flusher
         await self.flush()  # what it cannot write, the next start adopts from the files
+
+
+def _write_due(due: _Due, connection: Connection) -> _Written:
+    """Write these pending heads in the connection's transaction (their tasks' locks held).
+    Blocking."""
+    written = heads.write_pending(connection, due.entries)
+    heads.write_served(connection, due.served)
+    return _Written(due, written)
 
 
 def _gone(task_uuid: str) -> Callable[[], Awaitable[None]]:

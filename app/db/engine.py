@@ -18,17 +18,19 @@ while that is quick, else in a worker thread), a read costs no hand-off to aiosq
 where it costs five (a cursor, the statement, the rows, closing, the rollback), ~0.1 ms of a
 payload's latency each. :attr:`Database.quick_reader` is the same without a busy wait, for the
 reads made on the event loop: one that would wait for a lock fails at once (:func:`is_busy`)
-and is made again in a worker thread.
+and is made again in a worker thread. :attr:`Database.blocking_writer` writes that way
+(:meth:`Database.write_at_once`): a whole transaction in one call of a worker thread, for the
+write-behind's rounds, which hold task locks while they write.
 """
 
 import asyncio
 import logging
 import sqlite3
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, create_engine, make_url
@@ -43,6 +45,8 @@ from sqlalchemy.ext.asyncio import (
 from app.storage.failures import storage_failure
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _BEGIN_OPTION = "sqlite_begin"
 _NO_BEGIN = "none"  # each statement its own transaction
@@ -66,6 +70,9 @@ class Database:
     # None elsewhere: use the sessions. The quick one waits for no lock (the event loop's).
     blocking_reader: Engine | None
     quick_reader: Engine | None
+    # SQLite (a file) only: writes through the driver's blocking API, BEGIN IMMEDIATE with no
+    # busy wait. None elsewhere.
+    blocking_writer: Engine | None
     serialize_writes: bool
     _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -76,7 +83,7 @@ class Database:
         such as a job's lease, does not include the wait for another writer."""
         try:
             async with (
-                self._write_lock if self.serialize_writes else nullcontext(),
+                self.write_turn(),
                 self.writer() as session,
                 session.begin(),
             ):
@@ -86,6 +93,27 @@ class Database:
             _free_interrupted_statement(exc)
             raise
         except DBAPIError as exc:
+            failure = storage_failure(exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def write_turn(self) -> asyncio.Lock | nullcontext[None]:
+        """This process's turn to write (on SQLite, where writers queue here rather than in
+        SQLite's busy handler)."""
+        return self._write_lock if self.serialize_writes else nullcontext()
+
+    def write_at_once(self, work: Callable[[Connection], T]) -> T:
+        """``work`` in one write transaction of :attr:`blocking_writer`, committed if it
+        returns. Blocking, for a worker thread, in this process's :meth:`write_turn`. Raises
+        :class:`WriterBusy` at once (nothing written) when another process is writing."""
+        assert self.blocking_writer is not None
+        try:
+            with self.blocking_writer.begin() as connection:
+                return work(connection)
+        except DBAPIError as exc:
+            if is_busy(exc):
+                raise WriterBusy from exc
             failure = storage_failure(exc)
             if failure is None:
                 raise
@@ -123,25 +151,29 @@ class Database:
         try:
             await self.engine.dispose()
         finally:
-            for blocking in (self.blocking_reader, self.quick_reader):
+            for blocking in (self.blocking_reader, self.quick_reader, self.blocking_writer):
                 if blocking is not None:
                     blocking.dispose()
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+class WriterBusy(Exception):
+    """Another process holds SQLite's write lock: a write that would not wait was not made."""
+
+
+def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy emit BEGIN itself (the driver's implicit BEGIN is always deferred).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get(_BEGIN_OPTION, "")
         if mode != _NO_BEGIN:
@@ -177,15 +209,32 @@ def is_busy(exc: BaseException) -> bool:
     return code is not None and code & 0xFF in _HELD_ELSEWHERE
 
 
-def _blocking_reader(url: str, busy_timeout_ms: int) -> Engine | None:
-    """A read-only engine on the same SQLite file through pysqlite (None for a database in
-    memory, which another connection could not see)."""
+def _blocking_engine(url: str) -> Engine | None:
+    """An engine on the same SQLite file through pysqlite (None for a database in memory,
+    which another connection could not see)."""
     parsed = make_url(url)
     if parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory":
         return None
     # No cap on connections beyond the pool's five: the reads run in the service's I/O
     # threads, which bound them, or on the event loop, which must never wait on the pool.
-    engine = create_engine(parsed.set(drivername="sqlite"), max_overflow=-1)
+    return create_engine(parsed.set(drivername="sqlite"), max_overflow=-1)
+
+
+def _blocking_writer(url: str) -> Engine | None:
+    """Writes to the SQLite file through pysqlite, each transaction begun IMMEDIATE with no
+    busy wait."""
+    engine = _blocking_engine(url)
+    if engine is None:
+        return None
+    _configure_sqlite(engine, busy_timeout_ms=0)
+    return engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+
+
+def _blocking_reader(url: str, busy_timeout_ms: int) -> Engine | None:
+    """A read-only engine on the same SQLite file through pysqlite."""
+    engine = _blocking_engine(url)
+    if engine is None:
+        return None
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -200,11 +249,12 @@ def _blocking_reader(url: str, busy_timeout_ms: int) -> Engine | None:
 def open_database(url: str) -> Database:
     engine = create_async_engine(url, pool_pre_ping=not url.startswith("sqlite"))
     writer_engine = statements_engine = engine
-    blocking_reader = quick_reader = None
+    blocking_reader = quick_reader = blocking_writer = None
     if engine.dialect.name == "sqlite":
         blocking_reader = _blocking_reader(url, _BUSY_TIMEOUT_MS)
         quick_reader = _blocking_reader(url, 0)
-        _configure_sqlite(engine)
+        blocking_writer = _blocking_writer(url)
+        _configure_sqlite(engine.sync_engine, _BUSY_TIMEOUT_MS)
         writer_engine = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
         statements_engine = engine.execution_options(**{_BEGIN_OPTION: _NO_BEGIN})
     return Database(
@@ -214,5 +264,6 @@ def open_database(url: str) -> Database:
         statements=async_sessionmaker(statements_engine, expire_on_commit=False),
         blocking_reader=blocking_reader,
         quick_reader=quick_reader,
+        blocking_writer=blocking_writer,
         serialize_writes=engine.dialect.name == "sqlite",
     )

@@ -3,14 +3,20 @@
 The bookkeeping on its own (pure), then the real app writing its batches on time."""
 
 import asyncio
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from app.config import Settings
 from app.context.pending import PendingHeads
 from app.context.records import HeadState, IdempotentResult, StatsDelta
+from app.lifespan import open_services
+from app.messages.schemas import MessageIn
+from app.tasks.schemas import TaskCreate
 from tests.support.app import running_app
 from tests.support.database import run_sql, sqlite_write_lock_held
 from tests.support.tasks import task_body
@@ -104,13 +110,49 @@ async def test_shutdown_writes_what_is_pending(context_dir: Path) -> None:
     assert committed(context_dir, uuid) == (4, 4, 0)
 
 
+@pytest.mark.sqlite_only  # the blocking writer is SQLite's
+async def test_a_round_on_sqlite_is_one_call_of_a_worker_thread(context_dir: Path) -> None:
+    """A round holds its tasks' locks while it writes: on SQLite its transaction goes to a
+    worker thread in one call, through the driver's blocking API, and none of its statements
+    through aiosqlite (one hand-off to the database's thread each)."""
+    settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 10_000})
+    async with open_services(settings) as services:
+        created, _ = await services.task_creation.create(
+            TaskCreate.model_validate(task_body(system_prompt="You are an agent."))
+        )
+        uuid = created.task.uuid
+        for step in range(3):
+            note = MessageIn.model_validate({"role": "user", "content": f"step {step}"})
+            await services.messages.append(uuid, [note], None)
+        assert committed(context_dir, uuid) == (1, 1, 0)
+        writer = services.db.blocking_writer
+        assert writer is not None
+        ran_on: dict[str, list[threading.Thread]] = {"aiosqlite": [], "blocking": []}
+
+        @event.listens_for(services.db.engine.sync_engine, "do_execute")
+        def through_aiosqlite(*_: Any) -> None:
+            ran_on["aiosqlite"].append(threading.current_thread())
+
+        @event.listens_for(writer, "do_execute")
+        def through_the_blocking_writer(*_: Any) -> None:
+            ran_on["blocking"].append(threading.current_thread())
+
+        await services.store.write_behind.flush(wait=False)
+        assert committed(context_dir, uuid) == (4, 4, 0)
+        assert ran_on["aiosqlite"] == []
+        assert len(ran_on["blocking"]) >= 3  # the heads read, the heads and the tasks moved
+        assert len(set(ran_on["blocking"])) == 1
+        assert ran_on["blocking"][0] is not threading.main_thread()
+
+
 @pytest.mark.sqlite_only  # PostgreSQL locks rows: a round waits for no other writer
 async def test_a_round_waiting_for_the_database_keeps_no_append_waiting(
     context_dir: Path,
 ) -> None:
     """While another process holds SQLite's write lock, a round of the write-behind waits for
-    it; appends to the task it has pending go on meanwhile (the round takes the task's lock
-    only once its transaction is begun), and the round writes them all once it gets in."""
+    it; appends to the task it has pending go on meanwhile (the round's call that would not
+    wait gave way, and the round takes the task's lock only once its transaction is begun),
+    and the round writes them all once it gets in."""
     settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 20})
     async with running_app(settings) as client:
         created = await client.post("/tasks", json=task_body(system_prompt="You are an agent."))

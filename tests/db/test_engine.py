@@ -1,18 +1,22 @@
 """The database on SQLite: the statements session (no BEGIN: each statement its own
 transaction) and the blocking reader (pysqlite, read-only) see what the writer committed, the
-blocking reader can write nothing, the quick reader (the event loop's) waits for no lock, and a
+blocking reader can write nothing, the quick reader (the event loop's) waits for no lock, the
+blocking writer commits a whole transaction in one call and waits for no other writer, and a
 cancelled transaction leaves no write lock behind."""
 
 import asyncio
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
-from app.db.engine import is_busy, open_database
+from app.db.engine import WriterBusy, is_busy, open_database
+from tests.support.database import sqlite_write_lock_held
 
 
 async def test_every_way_in_sees_the_writers_commits_and_the_blocking_reader_writes_nothing(
@@ -82,6 +86,43 @@ async def test_the_quick_reader_fails_at_once_while_another_connection_holds_the
         await db.dispose()
 
 
+async def test_the_blocking_writer_commits_all_or_nothing_and_refuses_at_once_when_busy(
+    tmp_path: Path,
+) -> None:
+    db = open_database(f"sqlite+aiosqlite:///{tmp_path / 'tasks.db'}")
+    try:
+        async with db.transaction() as session:
+            await session.execute(text("CREATE TABLE notes (body TEXT)"))
+
+        def insert(body: str, *, then_fail: bool = False) -> Callable[[Connection], int]:
+            def work(connection: Connection) -> int:
+                connection.execute(text("INSERT INTO notes VALUES (:body)"), {"body": body})
+                if then_fail:
+                    raise RuntimeError("after the insert")
+                return 1
+
+            return work
+
+        async def notes() -> list[str]:
+            async with db.statements() as session:
+                return list((await session.execute(text("SELECT body FROM notes"))).scalars())
+
+        assert await asyncio.to_thread(db.write_at_once, insert("first")) == 1
+        with pytest.raises(RuntimeError, match="after the insert"):
+            await asyncio.to_thread(db.write_at_once, insert("undone", then_fail=True))
+        assert await notes() == ["first"]
+        async with sqlite_write_lock_held(str(db.engine.url)):
+            started = time.monotonic()
+            with pytest.raises(WriterBusy):
+                await asyncio.to_thread(db.write_at_once, insert("refused"))
+            assert time.monotonic() - started < 1
+        assert await notes() == ["first"]
+        assert await asyncio.to_thread(db.write_at_once, insert("second")) == 1
+        assert await notes() == ["first", "second"]
+    finally:
+        await db.dispose()
+
+
 def test_only_a_lock_held_elsewhere_is_busy() -> None:
     assert not is_busy(ValueError("database is locked"))
     missing = OperationalError("SELECT", {}, sqlite3.OperationalError("no such table: notes"))
@@ -93,6 +134,7 @@ async def test_a_database_in_memory_has_no_blocking_reader() -> None:
     try:
         assert db.blocking_reader is None
         assert db.quick_reader is None
+        assert db.blocking_writer is None
     finally:
         await db.dispose()
 
