@@ -7,7 +7,8 @@ cancelled transaction leaves no write lock behind."""
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -15,17 +16,27 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
-from app.db.engine import WriterBusy, is_busy, open_database
+from app.db.engine import Database, WriterBusy, is_busy, open_database
 from tests.support.database import sqlite_write_lock_held
+
+
+@asynccontextmanager
+async def notes_database(tmp_path: Path) -> AsyncIterator[Database]:
+    """A SQLite database with an empty table ``notes (body)``."""
+    db = open_database(f"sqlite+aiosqlite:///{tmp_path / 'tasks.db'}")
+    try:
+        async with db.transaction() as session:
+            await session.execute(text("CREATE TABLE notes (body TEXT)"))
+        yield db
+    finally:
+        await db.dispose()
 
 
 async def test_every_way_in_sees_the_writers_commits_and_the_blocking_reader_writes_nothing(
     tmp_path: Path,
 ) -> None:
-    db = open_database(f"sqlite+aiosqlite:///{tmp_path / 'tasks.db'}")
-    try:
+    async with notes_database(tmp_path) as db:
         async with db.transaction() as session:
-            await session.execute(text("CREATE TABLE notes (body TEXT)"))
             await session.execute(text("INSERT INTO notes VALUES ('first')"))
         async with db.statements() as session:
             assert (await session.execute(text("SELECT body FROM notes"))).scalars().all() == [
@@ -50,8 +61,6 @@ async def test_every_way_in_sees_the_writers_commits_and_the_blocking_reader_wri
         with pytest.raises(OperationalError, match="readonly"):
             await asyncio.to_thread(write)
         assert await asyncio.to_thread(read) == ["first", "second"]
-    finally:
-        await db.dispose()
 
 
 async def test_the_quick_reader_fails_at_once_while_another_connection_holds_the_lock(
@@ -59,13 +68,9 @@ async def test_the_quick_reader_fails_at_once_while_another_connection_holds_the
 ) -> None:
     """In exclusive locking mode a writer keeps even WAL readers out: the event loop's reader
     is refused at once, recognisably, where the worker threads' would wait (busy_timeout)."""
-    path = tmp_path / "tasks.db"
-    db = open_database(f"sqlite+aiosqlite:///{path}")
-    try:
-        async with db.transaction() as session:
-            await session.execute(text("CREATE TABLE notes (body TEXT)"))
+    async with notes_database(tmp_path) as db:
         await db.engine.dispose()  # the service's own connections closed: only the holder's
-        holder = sqlite3.connect(path)
+        holder = sqlite3.connect(tmp_path / "tasks.db")
         try:
             holder.execute("PRAGMA locking_mode=EXCLUSIVE")
             holder.execute("BEGIN EXCLUSIVE")
@@ -82,17 +87,12 @@ async def test_the_quick_reader_fails_at_once_while_another_connection_holds_the
             holder.close()
         with quick.connect() as connection:  # the lock given back: read as usual
             assert list(connection.execute(text("SELECT body FROM notes")).scalars()) == []
-    finally:
-        await db.dispose()
 
 
 async def test_the_blocking_writer_commits_all_or_nothing_and_refuses_at_once_when_busy(
     tmp_path: Path,
 ) -> None:
-    db = open_database(f"sqlite+aiosqlite:///{tmp_path / 'tasks.db'}")
-    try:
-        async with db.transaction() as session:
-            await session.execute(text("CREATE TABLE notes (body TEXT)"))
+    async with notes_database(tmp_path) as db:
 
         def insert(body: str, *, then_fail: bool = False) -> Callable[[Connection], int]:
             def work(connection: Connection) -> int:
@@ -119,8 +119,6 @@ async def test_the_blocking_writer_commits_all_or_nothing_and_refuses_at_once_wh
         assert await notes() == ["first"]
         assert await asyncio.to_thread(db.write_at_once, insert("second")) == 1
         assert await notes() == ["first", "second"]
-    finally:
-        await db.dispose()
 
 
 def test_only_a_lock_held_elsewhere_is_busy() -> None:
