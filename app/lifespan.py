@@ -243,6 +243,15 @@ async def prepare_storage(db: Database, layout: Layout, locks: TaskLocks) -> Non
     layout.ensure()
     async with locks.hold_global():
         await upgrade_to_head(db.engine)
+        journal = await db.journal_mode()
+        if journal not in (None, "wal", "memory"):
+            # Still correct, but readers and the writer then exclude each other: every read
+            # waits while a write-behind round or a condense commits.
+            log.warning(
+                "SQLite could not keep a write-ahead log (journal mode %r): reads wait for "
+                "writes; put the database on a local disk or use PostgreSQL",
+                journal,
+            )
         fixed = await reconcile(layout, db, locks)
         if fixed:
             log.warning("startup reconciliation fixed %d task directories", fixed)

@@ -1,11 +1,12 @@
 """The composition root (app/lifespan.py) owns the summariser's processes: none before the first
 condense, none left once the service has stopped, none at all with
 COMPACTION__SUMMARIZER_PROCESSES=0; and it sets the interpreter's switch interval while the
-service is up, and keeps what its startup made out of the garbage collector's full passes
-while it serves."""
+service is up, keeps what its startup made out of the garbage collector's full passes
+while it serves, and says at startup when SQLite could not keep a write-ahead log."""
 
 import asyncio
 import gc
+import logging
 import multiprocessing
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from app.config import CompactionSettings, Settings
 from tests.support.app import running_app
@@ -113,3 +115,28 @@ async def test_a_process_that_froze_its_own_objects_keeps_them_as_it_froze_them(
         assert (await client.get("/healthz")).status_code == 200
         assert gc.get_freeze_count() == frozen
     assert gc.get_freeze_count() == frozen
+
+
+@pytest.mark.sqlite_only
+async def test_a_database_without_a_write_ahead_log_is_said_at_startup_and_still_serves(
+    context_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite's unix-none VFS stands for a file system that cannot hold a write-ahead log."""
+
+    def warned() -> bool:
+        return any("write-ahead log" in record.getMessage() for record in caplog.records)
+
+    caplog.set_level(logging.WARNING, logger="app.lifespan")
+    async with running_app(Settings(context_dir=context_dir / "wal")):
+        pass
+    assert not warned()
+
+    plain = context_dir / "plain"
+    url = f"sqlite+aiosqlite:///file:{plain / 'tasks.db'}?vfs=unix-none&uri=true"
+    async with running_app(Settings(context_dir=plain, database_url=url)) as client:
+        uuid = await new_task(client)
+        before = (await client.get(f"/tasks/{uuid}")).json()["statistics"]["total_messages"]
+        await append(client, uuid, *turns(2))
+        after = (await client.get(f"/tasks/{uuid}")).json()["statistics"]["total_messages"]
+    assert warned()
+    assert after == before + 2

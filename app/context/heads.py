@@ -245,8 +245,9 @@ async def commit_head(
             .where(THREADS.c.task_uuid == task_uuid, THREADS.c.thread_id == thread_id)
             .values(**thread_values)
         )
-    registered = [(task_uuid, key, now) for key in keys]
-    await in_session(session, lambda connection: _register_keys(connection, registered))
+    if keys:
+        registered = [(task_uuid, key, now) for key in keys]
+        await in_session(session, lambda connection: _register_keys(connection, registered))
 
 
 def write_pending(

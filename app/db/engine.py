@@ -143,6 +143,16 @@ class Database:
                 log_pages,
             )
 
+    async def journal_mode(self) -> str | None:
+        """SQLite's journal mode: "wal" once set (it is asked for on every connection), or
+        what SQLite kept where it cannot keep a write-ahead log (a file system without the
+        shared memory it needs). None on another database."""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        async with self.engine.connect() as connection:
+            mode = (await connection.exec_driver_sql("PRAGMA journal_mode")).scalar_one()
+        return str(mode)
+
     async def dispose(self) -> None:
         try:
             await self.checkpoint()

@@ -1,8 +1,9 @@
 """The database on SQLite: the statements session (no BEGIN: each statement its own
 transaction) and the blocking reader (pysqlite, read-only) see what the writer committed, the
 blocking reader can write nothing, the quick reader (the event loop's) waits for no lock, the
-blocking writer commits a whole transaction in one call and waits for no other writer, and a
-cancelled transaction leaves no write lock behind."""
+blocking writer commits a whole transaction in one call and waits for no other writer, a
+cancelled transaction leaves no write lock behind, and the journal mode is the write-ahead log
+wherever SQLite can keep one."""
 
 import asyncio
 import sqlite3
@@ -170,3 +171,21 @@ async def test_a_transaction_cancelled_mid_statement_leaves_no_write_lock(tmp_pa
             ]
     finally:
         await db.dispose()
+
+
+async def test_the_journal_mode_is_the_write_ahead_log_or_what_sqlite_kept(
+    tmp_path: Path,
+) -> None:
+    """WAL on a file; where SQLite cannot keep one (here a file system without locks or shared
+    memory, as SQLite's unix-none VFS pretends) it keeps its rollback journal, and says so."""
+    urls = {
+        "wal": f"sqlite+aiosqlite:///{tmp_path / 'wal.db'}",
+        "delete": f"sqlite+aiosqlite:///file:{tmp_path / 'plain.db'}?vfs=unix-none&uri=true",
+        "memory": "sqlite+aiosqlite:///:memory:",
+    }
+    for expected, url in urls.items():
+        db = open_database(url)
+        try:
+            assert await db.journal_mode() == expected, url
+        finally:
+            await db.dispose()
