@@ -7,8 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The tests cache compiled modules even where the environment says not to: they start the
 # service in hundreds of processes, and each compiled the whole app again (~12% of the time of
-# the process-heavy tests).
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+# the process-heavy tests). A suite also lists its slowest tests: where a slow machine's run went.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --durations=15
 
 .PHONY: help install run test test-sqlite test-postgres lint format migrate openapi bench fuzz clean
 

@@ -13,12 +13,12 @@ import uuid as uuid_module
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import (
-    TYPE_CHECKING,
     Any,
     Concatenate,
     Generic,
     Literal,
     ParamSpec,
+    Protocol,
     Self,
     TypeVar,
     get_args,
@@ -63,11 +63,21 @@ from context_client.types import (
     ToolRecordPage,
 )
 
-if TYPE_CHECKING:
-    from context_client.client import AsyncContextClient, ContextClient
-
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class Sends(Protocol):
+    """A client that sends a call and returns its answer (``ContextClient``)."""
+
+    def _send(self, call: Call[T]) -> T: ...
+
+
+class SendsAsync(Protocol):
+    """A client that returns a coroutine of a call's answer (``AsyncContextClient``)."""
+
+    def _send(self, call: Call[T]) -> Coroutine[Any, Any, T]: ...
+
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
 
@@ -88,10 +98,10 @@ class endpoint(Generic[P, T]):  # lower case: a decorator
     @overload
     def __get__(self, client: None, owner: type[Any]) -> Self: ...
     @overload
-    def __get__(self, client: "ContextClient", owner: type[Any]) -> Callable[P, T]: ...
+    def __get__(self, client: Sends, owner: type[Any]) -> Callable[P, T]: ...
     @overload
     def __get__(
-        self, client: "AsyncContextClient", owner: type[Any]
+        self, client: SendsAsync, owner: type[Any]
     ) -> Callable[P, Coroutine[Any, Any, T]]: ...
     def __get__(self, client: Any, owner: type[Any]) -> Any:
         if client is None:
