@@ -23,7 +23,6 @@ from app.context.reconcile import reconcile
 from app.context.records import HeadState
 from app.context.store import ContextStore, LockedTask
 from app.db.engine import Database, open_database
-from app.db.migrate import upgrade_to_head
 from app.db.models import Job
 from app.final_summaries.service import FinalSummaryService
 from app.formats.costs import TokenCounting
@@ -54,6 +53,7 @@ from app.threads.chronicle import ChronicleWriter
 from app.threads.service import ThreadService
 from app.ui.pages import OpsPages
 from app.webhooks.service import WebhookDelivery
+from migrations.upgrade import upgrade_to_head
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from sqlalchemy import insert
 
 from app.config import CleanupSettings, Settings
 from app.db.engine import open_database
-from app.db.migrate import upgrade_to_head
 from app.db.models import Task
 from app.storage.layout import Layout
 from bench.harness import Report, Service, Table, warm_gets
+from migrations.upgrade import upgrade_to_head
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 DAYS = 90

@@ -15,7 +15,7 @@ from sqlalchemy.pool import NullPool
 
 from app.db.base import Base
 from app.db.engine import open_database
-from app.db.migrate import alembic_config, upgrade_to_head
+from migrations.upgrade import alembic_config, upgrade_to_head
 from tests.support.database import in_thread
 
 

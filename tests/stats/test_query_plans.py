@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy.dialects import postgresql
 
 from app.db.engine import Database, open_database
-from app.db.migrate import upgrade_to_head
 from app.stats.repository import build_queries
 from app.stats.schemas import StatsFilters
+from migrations.upgrade import upgrade_to_head
 from tests.support.query_plans import plan, scans_table
 
 DAY = datetime(2026, 11, 1, tzinfo=UTC)

@@ -12,11 +12,11 @@ from sqlalchemy.dialects import postgresql
 
 from app.config import Settings
 from app.db.engine import Database, open_database
-from app.db.migrate import upgrade_to_head
 from app.db.models import Task
 from app.stats.repository import series_query
 from app.stats.schemas import StatsFilters
 from app.stats.service import MAX_SLOTS, StatsService
+from migrations.upgrade import upgrade_to_head
 from tests.support.query_plans import plan, scans_table
 from tests.support.tasks import create_task
 

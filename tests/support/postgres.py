@@ -11,7 +11,7 @@ import asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db.migrate import upgrade_to_head
+from migrations.upgrade import upgrade_to_head
 from tests.support.database import in_thread
 
 

@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from app.db.engine import Database, open_database
-from app.db.migrate import upgrade_to_head
 from app.task_key import TaskKey
 from app.tasks.creation import MAX_RUNNING_SIBLINGS
 from app.tasks.repository import running_siblings_query
+from migrations.upgrade import upgrade_to_head
 from tests.support.query_plans import plan, scans_table
 from tests.support.tasks import DEFAULT_KEY, create_task, key
 

@@ -1,4 +1,5 @@
-"""Bring the database schema to the newest Alembic revision."""
+"""Bring the database schema to the newest Alembic revision: the service at startup, the CLI's
+`migrate`, and the tests' databases."""
 
 import functools
 from pathlib import Path
@@ -11,14 +12,13 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-import migrations
 from app.db import models  # noqa: F401  (registers the tables on Base.metadata)
 from app.db.base import Base
 
 
 def alembic_config() -> Config:
     config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.set_main_option("script_location", str(Path(__file__).parent))
     return config
 
 
