@@ -204,8 +204,8 @@ class StorageSettings(_Group):
         le=100,
         description="An append of small messages does its file work (write, fsync), and a "
         "read of a context its blocking part (the row on SQLite, current.jsonl opened and "
-        "checked for a payload), on the event loop while its waits there (the disk, the "
-        "process preempted; not its own CPU) come to at most this long on average (a read "
+        "checked for a payload), on the event loop while its waits there (for the disk; not "
+        "its own CPU, nor a wait for a CPU) come to at most this long on average (a read "
         "there waits for no lock, or goes to a worker thread), and in a worker thread for a "
         "while after they came to more (a slow or shared disk). 0: always in a worker thread.",
     )

@@ -129,7 +129,7 @@ class WriteBehind:
             if not (due.entries or due.served):
                 return True
             try:
-                written = await asyncio.to_thread(self.db.write_at_once, partial(_write_due, due))
+                written = await self.db.write_at_once(partial(_write_due, due))
             except WriterBusy:
                 return False
             self._settle(written)

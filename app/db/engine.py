@@ -19,8 +19,8 @@ where it costs five (a cursor, the statement, the rows, closing, the rollback), 
 payload's latency each. :attr:`Database.quick_reader` is the same without a busy wait, for the
 reads made on the event loop: one that would wait for a lock fails at once (:func:`is_busy`)
 and is made again in a worker thread. :attr:`Database.blocking_writer` writes that way
-(:meth:`Database.write_at_once`): a whole transaction in one call of a worker thread, for the
-write-behind's rounds, which hold task locks while they write.
+(:meth:`Database.write_at_once`): a whole transaction in one call of the database's own
+writer thread, for the write-behind's rounds, which hold task locks while they write.
 """
 
 import asyncio
@@ -28,7 +28,8 @@ import logging
 import sqlite3
 import traceback
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, nullcontext
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -71,8 +72,9 @@ class Database:
     blocking_reader: Engine | None
     quick_reader: Engine | None
     # SQLite (a file) only: writes through the driver's blocking API, BEGIN IMMEDIATE with no
-    # busy wait. None elsewhere.
+    # busy wait, in a thread of their own. None elsewhere.
     blocking_writer: Engine | None
+    writer_thread: ThreadPoolExecutor | None
     serialize_writes: bool
     _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -103,10 +105,25 @@ class Database:
         SQLite's busy handler)."""
         return self._write_lock if self.serialize_writes else nullcontext()
 
-    def write_at_once(self, work: Callable[[Connection], T]) -> T:
+    async def write_at_once(self, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction of :attr:`blocking_writer`, committed if it
-        returns. Blocking, for a worker thread, in this process's :meth:`write_turn`. Raises
-        :class:`WriterBusy` at once (nothing written) when another process is writing."""
+        returns, in one call of :attr:`writer_thread`, in this process's :meth:`write_turn`.
+        Raises :class:`WriterBusy` at once (nothing written) when another process is writing.
+
+        The thread is the database's own: its caller holds locks (this process's write turn,
+        tasks' locks) that must not wait behind the I/O threads' other work. Cancelled, it
+        still returns only once the transaction has ended, so that those locks are not let go
+        while it may yet commit."""
+        assert self.writer_thread is not None
+        done = asyncio.get_running_loop().run_in_executor(self.writer_thread, self._write_now, work)
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            with suppress(Exception):
+                await done
+            raise
+
+    def _write_now(self, work: Callable[[Connection], T]) -> T:
         assert self.blocking_writer is not None
         try:
             with self.blocking_writer.begin() as connection:
@@ -161,6 +178,8 @@ class Database:
         try:
             await self.engine.dispose()
         finally:
+            if self.writer_thread is not None:
+                self.writer_thread.shutdown()
             for blocking in (self.blocking_reader, self.quick_reader, self.blocking_writer):
                 if blocking is not None:
                     blocking.dispose()
@@ -259,11 +278,13 @@ def _blocking_reader(url: str, busy_timeout_ms: int) -> Engine | None:
 def open_database(url: str) -> Database:
     engine = create_async_engine(url, pool_pre_ping=not url.startswith("sqlite"))
     writer_engine = statements_engine = engine
-    blocking_reader = quick_reader = blocking_writer = None
+    blocking_reader = quick_reader = blocking_writer = writer_thread = None
     if engine.dialect.name == "sqlite":
         blocking_reader = _blocking_reader(url, _BUSY_TIMEOUT_MS)
         quick_reader = _blocking_reader(url, 0)
         blocking_writer = _blocking_writer(url)
+        if blocking_writer is not None:
+            writer_thread = ThreadPoolExecutor(1, "sqlite-writer")
         _configure_sqlite(engine.sync_engine, _BUSY_TIMEOUT_MS)
         writer_engine = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
         statements_engine = engine.execution_options(**{_BEGIN_OPTION: _NO_BEGIN})
@@ -275,5 +296,6 @@ def open_database(url: str) -> Database:
         blocking_reader=blocking_reader,
         quick_reader=quick_reader,
         blocking_writer=blocking_writer,
+        writer_thread=writer_thread,
         serialize_writes=engine.dialect.name == "sqlite",
     )

@@ -9,14 +9,17 @@ per append through a thread, 0.4 ms on the loop.) On a disk whose fsync takes a 
 millisecond the loop can afford to wait for it; on a slow or shared one it cannot, and the
 work goes back to threads, where fsyncs also overlap.
 
-What is followed is the work's wait on the loop (its wall time less the CPU time the loop's
-thread spent in it), not its whole duration: the Python part of the work holds the
-interpreter's lock in a worker thread as much as on the loop, and a slower CPU would otherwise
-send small appends to threads where they only cost more.
+What is followed is the work's wait on the loop: its wall time less the time the loop's thread
+ran in it or was ready to run (:class:`BusyClock`), not its whole duration. The Python part of
+the work holds the interpreter's lock in a worker thread as much as on the loop, and a slower
+CPU would otherwise send small appends to threads where they only cost more; and a process
+preempted (the machine busy) waits as long for a CPU in a worker thread as on the loop.
 """
 
 import asyncio
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -28,8 +31,9 @@ RanOn = Literal["event_loop", "worker_thread"]
 log = logging.getLogger(__name__)
 
 # The work's wait on the loop is followed as a moving average, which starts at half the
-# limit: a rare slow run (the process preempted) moves it little; one stall of ~6-8 limits, or
-# a few runs of a disk gone slow, move it over. The stall itself has blocked the loop by then.
+# limit: a rare slow run (one write the disk was slow to take) moves it little; one stall of
+# ~6-8 limits, or a few runs of a disk gone slow, move it over. The stall itself has blocked
+# the loop by then.
 SMOOTHING = 0.1
 # Once the average is over the limit: threads for this long, then the loop again with the
 # average at its start. Over it again within AGAIN_WITHIN_S of that return (the disk is still
@@ -37,6 +41,47 @@ SMOOTHING = 0.1
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 AGAIN_WITHIN_S = 10.0
+
+
+# Linux: the calling thread's time on a CPU and in the run queue, in ns, and its time slices.
+SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+class _Schedstat:
+    """One thread's schedstat file, kept open while the thread lives."""
+
+    def __init__(self) -> None:
+        self.fd = os.open(SCHEDSTAT, os.O_RDONLY)
+
+    def busy_s(self) -> float:
+        ran_ns, queued_ns, _ = os.pread(self.fd, 64, 0).split()
+        return (int(ran_ns) + int(queued_ns)) / 1e9
+
+    def __del__(self) -> None:
+        os.close(self.fd)
+
+
+class BusyClock:
+    """Seconds the calling thread has run or been ready to run: its CPU time plus its time in
+    the kernel's run queue, waiting for a CPU while other threads or processes had them. What
+    is left of a span's wall time is what the thread waited for (a disk, a lock). Where the
+    kernel does not say (not Linux), the thread's CPU time alone."""
+
+    def __init__(self, path: str = SCHEDSTAT) -> None:
+        self._threads = threading.local()
+        try:
+            os.close(os.open(path, os.O_RDONLY))
+            self._told = True
+        except OSError:
+            self._told = False
+
+    def __call__(self) -> float:
+        if not self._told:
+            return time.thread_time()
+        stat: _Schedstat | None = getattr(self._threads, "stat", None)
+        if stat is None:
+            stat = self._threads.stat = _Schedstat()
+        return stat.busy_s()
 
 
 class NotQuick(Exception):
@@ -48,8 +93,8 @@ class FileWork:
     """Runs blocking file work on the event loop (when the caller says it may and recent work
     there waited little) or in a worker thread. ``limit_s`` 0: always a worker thread. ``name``
     says what work it is in the log; ``on_run`` learns where each run went (the service counts
-    them in its metrics). ``clock`` tells wall time, ``cpu_clock`` the CPU time of the thread
-    that calls it."""
+    them in its metrics). ``clock`` tells wall time, ``busy_clock`` the time the calling
+    thread ran or was ready to run (:class:`BusyClock`)."""
 
     def __init__(
         self,
@@ -58,12 +103,12 @@ class FileWork:
         *,
         on_run: Callable[[RanOn], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        cpu_clock: Callable[[], float] = time.thread_time,
+        busy_clock: Callable[[], float] | None = None,
     ) -> None:
         self.limit_s = limit_s
         self.name = name
         self._clock = clock
-        self._cpu_clock = cpu_clock
+        self._busy_clock = busy_clock or BusyClock()
         self._on_run = on_run
         self._threads_until = 0.0
         self._backoff_s = FIRST_BACKOFF_S
@@ -81,11 +126,11 @@ class FileWork:
             self._ran("worker_thread")
             return await asyncio.to_thread(work)
         self._ran("event_loop")
-        started, cpu_started = self._clock(), self._cpu_clock()
+        started, busy_started = self._clock(), self._busy_clock()
         try:
             return work()
         finally:
-            self._waited((self._clock() - started) - (self._cpu_clock() - cpu_started))
+            self._waited((self._clock() - started) - (self._busy_clock() - busy_started))
 
     async def run_quickly(self, work: Callable[[bool], T], *, may_be_quick: bool = True) -> T:
         """``work(True)`` on the loop while work there has waited little (and the caller does

@@ -7,6 +7,7 @@ wherever SQLite can keep one."""
 
 import asyncio
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -108,18 +109,53 @@ async def test_the_blocking_writer_commits_all_or_nothing_and_refuses_at_once_wh
             async with db.statements() as session:
                 return list((await session.execute(text("SELECT body FROM notes"))).scalars())
 
-        assert await asyncio.to_thread(db.write_at_once, insert("first")) == 1
+        assert await db.write_at_once(insert("first")) == 1
         with pytest.raises(RuntimeError, match="after the insert"):
-            await asyncio.to_thread(db.write_at_once, insert("undone", then_fail=True))
+            await db.write_at_once(insert("undone", then_fail=True))
         assert await notes() == ["first"]
         async with sqlite_write_lock_held(str(db.engine.url)):
             started = time.monotonic()
             with pytest.raises(WriterBusy):
-                await asyncio.to_thread(db.write_at_once, insert("refused"))
+                await db.write_at_once(insert("refused"))
             assert time.monotonic() - started < 1
         assert await notes() == ["first"]
-        assert await asyncio.to_thread(db.write_at_once, insert("second")) == 1
+        assert await db.write_at_once(insert("second")) == 1
         assert await notes() == ["first", "second"]
+
+
+async def test_the_blocking_writer_has_a_thread_of_its_own_and_outlives_a_cancel(
+    tmp_path: Path,
+) -> None:
+    """Its caller holds locks: it neither queues behind the I/O threads' other work (it runs
+    in the database's own thread), nor, cancelled, returns before its transaction ended."""
+    async with notes_database(tmp_path) as db:
+        threads: list[str] = []
+
+        def insert(body: str, wait_for: threading.Event | None = None) -> Callable[..., int]:
+            def work(connection: Connection) -> int:
+                threads.append(threading.current_thread().name)
+                connection.execute(text("INSERT INTO notes VALUES (:body)"), {"body": body})
+                if wait_for is not None:
+                    assert wait_for.wait(10)
+                return 1
+
+            return work
+
+        assert await db.write_at_once(insert("first")) == 1
+        release = threading.Event()
+        writing = asyncio.create_task(db.write_at_once(insert("cancelled", release)))
+        await asyncio.sleep(0.05)
+        writing.cancel()
+        await asyncio.sleep(0.05)
+        assert not writing.done()  # its transaction still open in the thread
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+        async with db.statements() as session:
+            rows = (await session.execute(text("SELECT body FROM notes"))).scalars()
+            assert list(rows) == ["first", "cancelled"]
+        assert len(set(threads)) == 1
+        assert threads[0].startswith("sqlite-writer")
 
 
 def test_only_a_lock_held_elsewhere_is_busy() -> None:

@@ -3,8 +3,13 @@ caller keeps it off the loop, and in worker threads for a while after it was slo
 a disk gone slow, must not keep blocking every request of the process."""
 
 import logging
+import os
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -12,6 +17,8 @@ from app.storage.file_work import (
     AGAIN_WITHIN_S,
     FIRST_BACKOFF_S,
     MAX_BACKOFF_S,
+    SCHEDSTAT,
+    BusyClock,
     FileWork,
     NotQuick,
     RanOn,
@@ -22,7 +29,8 @@ LIMIT_S = 0.001
 
 class Clock:
     """Time that passes only when a test says so (work "takes" what it adds): wall time
-    (``now``), and the CPU time of the thread that runs the work (``spent``)."""
+    (``now``), and the time the thread that runs the work ran or was ready to run
+    (``spent``)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -31,20 +39,21 @@ class Clock:
     def __call__(self) -> float:
         return self.now
 
-    def cpu(self) -> float:
+    def busy(self) -> float:
         return self.spent
 
 
 def file_work(
     limit_s: float, clock: Clock, on_run: Callable[[RanOn], None] | None = None
 ) -> FileWork:
-    return FileWork(limit_s, "appends", on_run=on_run, clock=clock, cpu_clock=clock.cpu)
+    return FileWork(limit_s, "appends", on_run=on_run, clock=clock, busy_clock=clock.busy)
 
 
-def taking(clock: Clock, seconds: float, *, computing: bool = False) -> threading.Thread:
-    """Work that takes ``seconds`` (waiting, or ``computing``) and tells which thread ran it."""
+def taking(clock: Clock, seconds: float, *, busy: bool = False) -> threading.Thread:
+    """Work that takes ``seconds`` (waiting for the disk, or ``busy``: computing, or waiting
+    for a CPU) and tells which thread ran it."""
     clock.now += seconds
-    if computing:
+    if busy:
         clock.spent += seconds
     return threading.current_thread()
 
@@ -63,16 +72,15 @@ async def test_quick_work_runs_on_the_loop_and_says_so() -> None:
     assert runs == ["event_loop"] * 3
 
 
-async def test_only_the_works_waits_count_not_its_computing() -> None:
+async def test_only_the_works_waits_count_not_its_computing_nor_its_wait_for_a_cpu() -> None:
     """Work that computes for several limits blocks the loop no more than it would hold the
-    interpreter's lock in a thread: it stays on the loop. The same time spent waiting does
+    interpreter's lock in a thread, and a process that waits for a CPU waits as long in a
+    thread: such work stays on the loop. The same time spent waiting for the disk does
     not."""
     clock = Clock()
     work = file_work(LIMIT_S, clock)
     for _ in range(50):
-        ran_on = await work.run(
-            lambda: taking(clock, 3 * LIMIT_S, computing=True), may_block_loop=True
-        )
+        ran_on = await work.run(lambda: taking(clock, 3 * LIMIT_S, busy=True), may_block_loop=True)
         assert ran_on is threading.current_thread()
     assert work.on_loop_now()
     for _ in range(10):
@@ -110,7 +118,7 @@ async def test_a_stall_sends_work_to_threads_for_a_second_then_back_to_the_loop(
 
 
 async def test_a_rare_slow_run_keeps_the_loop_and_slow_runs_in_a_row_leave_it() -> None:
-    """A run of three limits (the process preempted once) changes little; a disk whose work
+    """A run of three limits (one write the disk was slow to take) changes little; a disk whose work
     now takes three limits every time is off the loop after a few runs."""
     clock = Clock()
     work = file_work(LIMIT_S, clock)
@@ -237,3 +245,72 @@ async def test_work_known_not_to_be_quick_goes_straight_to_a_worker_thread(
     assert await work.run_quickly(quick_or_not, may_be_quick=may_be_quick) == "done"
     assert [quick for quick, _ in calls] == [False]
     assert runs == ["worker_thread"]
+
+
+needs_schedstat = pytest.mark.skipif(
+    not os.path.exists(SCHEDSTAT) or not hasattr(os, "sched_setaffinity"),
+    reason="the kernel tells no thread's time in the run queue",
+)
+
+
+@contextmanager
+def sharing_a_cpu_with_a_spinning_process() -> Iterator[None]:
+    """This thread and a process that never sleeps, both on one CPU: each gets about half."""
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", "print('spinning', flush=True)\nwhile True: pass"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        os.sched_setaffinity(spinner.pid, {cpu})
+        os.sched_setaffinity(0, {cpu})  # 0: the calling thread
+        assert spinner.stdout is not None
+        assert spinner.stdout.readline() == "spinning\n"
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+        spinner.kill()
+        spinner.wait()
+
+
+def spin(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+
+
+@needs_schedstat
+def test_the_busy_clock_counts_the_wait_for_a_cpu_but_not_a_sleep() -> None:
+    clock = BusyClock()
+    with sharing_a_cpu_with_a_spinning_process():
+        started, busy, cpu = time.monotonic(), clock(), time.thread_time()
+        spin(0.2)
+        wall = time.monotonic() - started
+        busy, cpu = clock() - busy, time.thread_time() - cpu
+        assert cpu < 0.8 * wall  # the spinner had the CPU part of the time
+        assert busy > 0.9 * wall  # ... and this thread was ready to run meanwhile
+
+        busy = clock()
+        time.sleep(0.1)
+        assert clock() - busy < 0.05  # asleep: neither running nor ready to
+
+
+@needs_schedstat
+def test_each_thread_reads_its_own_busy_time() -> None:
+    clock = BusyClock()
+    spin(0.05)
+    mine = clock()
+    theirs: list[float] = []
+    thread = threading.Thread(target=lambda: theirs.append(clock()))
+    thread.start()
+    thread.join()
+    assert mine >= 0.05
+    assert theirs[0] < 0.04  # a new thread has hardly run
+
+
+def test_where_the_kernel_does_not_tell_the_busy_clock_is_the_threads_cpu_time() -> None:
+    clock = BusyClock(path="/nonexistent/schedstat")
+    spin(0.02)
+    assert abs(clock() - time.thread_time()) < 0.005
