@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Literal, TypeVar
@@ -52,13 +53,11 @@ class _Schedstat:
 
     def __init__(self) -> None:
         self.fd = os.open(SCHEDSTAT, os.O_RDONLY)
+        weakref.finalize(self, os.close, self.fd)  # at the thread's end, or the process's
 
     def busy_s(self) -> float:
         ran_ns, queued_ns, _ = os.pread(self.fd, 64, 0).split()
         return (int(ran_ns) + int(queued_ns)) / 1e9
-
-    def __del__(self) -> None:
-        os.close(self.fd)
 
 
 class BusyClock:

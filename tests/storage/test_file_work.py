@@ -2,6 +2,7 @@
 caller keeps it off the loop, and in worker threads for a while after it was slow: a stall, or
 a disk gone slow, must not keep blocking every request of the process."""
 
+import gc
 import logging
 import os
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import pytest
 
@@ -297,17 +298,28 @@ def test_the_busy_clock_counts_the_wait_for_a_cpu_but_not_a_sleep() -> None:
         assert clock() - busy < 0.05  # asleep: neither running nor ready to
 
 
+def open_schedstat_files() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with suppress(OSError):  # closed meanwhile
+            count += os.readlink(f"/proc/self/fd/{fd}").endswith("/schedstat")
+    return count
+
+
 @needs_schedstat
-def test_each_thread_reads_its_own_busy_time() -> None:
+def test_each_thread_reads_its_own_busy_time_and_its_file_closes_with_it() -> None:
     clock = BusyClock()
     spin(0.05)
     mine = clock()
+    files = open_schedstat_files()
     theirs: list[float] = []
     thread = threading.Thread(target=lambda: theirs.append(clock()))
     thread.start()
     thread.join()
     assert mine >= 0.05
     assert theirs[0] < 0.04  # a new thread has hardly run
+    gc.collect()
+    assert open_schedstat_files() == files
 
 
 def test_where_the_kernel_does_not_tell_the_busy_clock_is_the_threads_cpu_time() -> None:
