@@ -311,6 +311,7 @@ def test_each_thread_reads_its_own_busy_time_and_its_file_closes_with_it() -> No
     clock = BusyClock()
     spin(0.05)
     mine = clock()
+    gc.collect()  # the clocks of earlier tests' apps, and their files, gone first
     files = open_schedstat_files()
     theirs: list[float] = []
     thread = threading.Thread(target=lambda: theirs.append(clock()))
