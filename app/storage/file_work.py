@@ -51,8 +51,8 @@ SCHEDSTAT = "/proc/thread-self/schedstat"
 class _Schedstat:
     """One thread's schedstat file, kept open while the thread lives."""
 
-    def __init__(self) -> None:
-        self.fd = os.open(SCHEDSTAT, os.O_RDONLY)
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
         weakref.finalize(self, os.close, self.fd)  # at the thread's end, or the process's
 
     def busy_s(self) -> float:
@@ -64,9 +64,11 @@ class BusyClock:
     """Seconds the calling thread has run or been ready to run: its CPU time plus its time in
     the kernel's run queue, waiting for a CPU while other threads or processes had them. What
     is left of a span's wall time is what the thread waited for (a disk, a lock). Where the
-    kernel does not say (not Linux), the thread's CPU time alone."""
+    kernel does not say (not Linux), the thread's CPU time alone. ``path``: the file each
+    thread reads; the kernel's own unless a test stands in for it."""
 
     def __init__(self, path: str = SCHEDSTAT) -> None:
+        self._path = path
         self._threads = threading.local()
         try:
             os.close(os.open(path, os.O_RDONLY))
@@ -79,7 +81,7 @@ class BusyClock:
             return time.thread_time()
         stat: _Schedstat | None = getattr(self._threads, "stat", None)
         if stat is None:
-            stat = self._threads.stat = _Schedstat()
+            stat = self._threads.stat = _Schedstat(self._path)
         return stat.busy_s()
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 
 import pytest
 
@@ -327,3 +328,9 @@ def test_where_the_kernel_does_not_tell_the_busy_clock_is_the_threads_cpu_time()
     clock = BusyClock(path="/nonexistent/schedstat")
     spin(0.02)
     assert abs(clock() - time.thread_time()) < 0.005
+
+
+def test_the_busy_clock_reads_the_file_it_is_given(tmp_path: Path) -> None:
+    stat = tmp_path / "schedstat"
+    stat.write_text("1000000000 500000000 7\n")  # 1 s on a CPU, 0.5 s in the run queue
+    assert BusyClock(path=str(stat))() == 1.5
