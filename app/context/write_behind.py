@@ -121,7 +121,8 @@ class WriteBehind:
     async def _round_at_once(self, tasks: set[str]) -> bool:
         """On SQLite, a round of ``tasks`` whose locks are free written in one call of a
         worker thread, which waits for no other writer: whether it was (False: the database
-        has no such writer, or another process is writing, and nothing was)."""
+        has no such writer, another process is writing, or SQLite keeps no write-ahead log,
+        and nothing was)."""
         if self.db.blocking_writer is None:
             return False
         async with self.db.write_turn(), self.locks.try_hold_each(tasks) as held:

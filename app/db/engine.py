@@ -56,6 +56,8 @@ _BUSY_TIMEOUT_MS = 30_000
 # one that cannot finish is tried again at the next round.
 _CHECKPOINT_BUSY_MS = 200
 _WAL_SIZE_LIMIT = 16 * 1024 * 1024
+# A blocking writer's connection: whether SQLite kept the write-ahead log on it.
+_KEEPS_WAL = "keeps_wal"
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ class Database:
     async def write_at_once(self, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction of :attr:`blocking_writer`, committed if it
         returns, in one call of :attr:`writer_thread`, in this process's :meth:`write_turn`.
-        Raises :class:`WriterBusy` at once (nothing written) when another process is writing.
+        Raises :class:`WriterBusy` at once (nothing written) when another process is writing,
+        and where SQLite keeps no write-ahead log: its commit would wait for every reader.
 
         The thread is the database's own: its caller holds locks (this process's write turn,
         tasks' locks) that must not wait behind the I/O threads' other work. Cancelled, it
@@ -126,8 +129,11 @@ class Database:
     def _write_now(self, work: Callable[[Connection], T]) -> T:
         assert self.blocking_writer is not None
         try:
-            with self.blocking_writer.begin() as connection:
-                return work(connection)
+            with self.blocking_writer.connect() as connection:
+                if not connection.info[_KEEPS_WAL]:
+                    raise WriterBusy
+                with connection.begin():
+                    return work(connection)
         except DBAPIError as exc:
             if is_busy(exc):
                 raise WriterBusy from exc
@@ -186,7 +192,8 @@ class Database:
 
 
 class WriterBusy(Exception):
-    """Another process holds SQLite's write lock: a write that would not wait was not made."""
+    """A write that would not wait was not made: another process holds SQLite's write lock,
+    or (no write-ahead log) the commit would wait for readers."""
 
 
 def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
@@ -256,6 +263,13 @@ def _blocking_writer(url: str) -> Engine | None:
     if engine is None:
         return None
     _configure_sqlite(engine, busy_timeout_ms=0)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        # After _configure_sqlite's listener asked for WAL: what SQLite kept.
+        (mode,) = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
+        record.info[_KEEPS_WAL] = mode == "wal"
+
     return engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
 
 

@@ -123,6 +123,30 @@ async def test_the_blocking_writer_commits_all_or_nothing_and_refuses_at_once_wh
         assert await notes() == ["first", "second"]
 
 
+async def test_without_a_write_ahead_log_the_blocking_writer_refuses_at_once(
+    tmp_path: Path,
+) -> None:
+    """Its commit would wait for every reader there: nothing written, the caller writes the
+    usual way."""
+    url = f"sqlite+aiosqlite:///file:{tmp_path / 'plain.db'}?vfs=unix-none&uri=true"
+    db = open_database(url)
+    try:
+        async with db.transaction() as session:
+            await session.execute(text("CREATE TABLE notes (body TEXT)"))
+        assert await db.journal_mode() == "delete"
+
+        def insert(connection: Connection) -> int:
+            connection.execute(text("INSERT INTO notes VALUES ('refused')"))
+            return 1
+
+        with pytest.raises(WriterBusy):
+            await db.write_at_once(insert)
+        async with db.statements() as session:
+            assert (await session.execute(text("SELECT body FROM notes"))).all() == []
+    finally:
+        await db.dispose()
+
+
 async def test_the_blocking_writer_has_a_thread_of_its_own_and_outlives_a_cancel(
     tmp_path: Path,
 ) -> None:
