@@ -170,3 +170,51 @@ async def test_a_round_waiting_for_the_database_keeps_no_append_waiting(
                 break
             await asyncio.sleep(0.02)
         assert committed(context_dir, uuid) == (5, 5, 0)
+
+
+@pytest.mark.sqlite_only  # the call that would not wait is SQLite's
+async def test_a_round_that_gave_way_writes_keys_and_served_tokens_too(
+    context_dir: Path,
+) -> None:
+    """The round that waited for another process's write lock (its quick call gave way) writes
+    all it had pending: heads and counters, the idempotency keys, and the tokens of the payload
+    served."""
+    settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 20})
+    async with running_app(settings) as client:
+        created = await client.post("/tasks", json=task_body(system_prompt="You are an agent."))
+        uuid = created.json()["uuid"]
+        async with sqlite_write_lock_held(settings.effective_database_url):
+            for key in ("first", "second"):
+                note = {"role": "user", "content": f"the {key} note"}
+                headers = {"Idempotency-Key": key}
+                posted = await client.post(f"/tasks/{uuid}/messages", json=note, headers=headers)
+                assert posted.status_code == 201, posted.text
+            served = await client.get(f"/tasks/{uuid}/request")
+            assert served.status_code == 200, served.text
+            await asyncio.sleep(0.2)  # a round is under way, waiting for the lock
+            assert committed(context_dir, uuid) == (1, 1, 0)
+
+        def written() -> tuple[tuple[int, int, int], list[str], int | None]:
+            keys, tokens = run_sql(
+                context_dir,
+                ("SELECT key FROM idempotency_keys WHERE task_uuid = :u ORDER BY key", {"u": uuid}),
+                ("SELECT served_tokens FROM tasks WHERE uuid = :u", {"u": uuid}),
+            )
+            return committed(context_dir, uuid), [k for (k,) in keys], tokens[0][0]
+
+        for _ in range(100):
+            if written()[0] == (3, 3, 0):
+                break
+            await asyncio.sleep(0.02)
+        heads, keys, tokens = written()
+        assert heads == (3, 3, 0)
+        assert keys == ["first", "second"]
+        assert tokens is not None
+        assert tokens > 0
+        # A replay after the round is answered from what it registered.
+        note = {"role": "user", "content": "the first note"}
+        again = await client.post(
+            f"/tasks/{uuid}/messages", json=note, headers={"Idempotency-Key": "first"}
+        )
+        assert again.status_code == 201
+        assert again.headers["Idempotent-Replayed"] == "true"

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
 from app.db.engine import Database, WriterBusy, is_busy, open_database
+from app.errors import InsufficientStorage, StorageUnavailable
 from tests.support.database import sqlite_write_lock_held
 
 
@@ -145,6 +146,40 @@ async def test_without_a_write_ahead_log_the_blocking_writer_refuses_at_once(
             assert (await session.execute(text("SELECT body FROM notes"))).all() == []
     finally:
         await db.dispose()
+
+
+async def test_the_blocking_writer_says_a_full_or_unwritable_database_as_the_store_does(
+    tmp_path: Path,
+) -> None:
+    """The same domain errors as the other writes: nothing written, and the next write works."""
+    async with notes_database(tmp_path) as db:
+
+        def over_the_size_cap(connection: Connection) -> None:
+            # A database at its size cap: SQLite answers SQLITE_FULL, as on a full disk.
+            pages = connection.exec_driver_sql("PRAGMA page_count").scalar_one()
+            connection.exec_driver_sql(f"PRAGMA max_page_count = {pages}")
+            connection.execute(text("INSERT INTO notes VALUES (:body)"), {"body": "x" * 100_000})
+
+        def read_only(connection: Connection) -> None:
+            connection.exec_driver_sql("PRAGMA query_only = ON")
+            try:
+                connection.execute(text("INSERT INTO notes VALUES ('refused')"))
+            finally:
+                connection.exec_driver_sql("PRAGMA query_only = OFF")
+
+        with pytest.raises(InsufficientStorage):
+            await db.write_at_once(over_the_size_cap)
+        with pytest.raises(StorageUnavailable):
+            await db.write_at_once(read_only)
+
+        def insert(connection: Connection) -> None:
+            connection.exec_driver_sql("PRAGMA max_page_count = 1073741823")
+            connection.execute(text("INSERT INTO notes VALUES ('written')"))
+
+        await db.write_at_once(insert)
+        async with db.statements() as session:
+            rows = (await session.execute(text("SELECT body FROM notes"))).scalars()
+            assert list(rows) == ["written"]
 
 
 async def test_the_blocking_writer_has_a_thread_of_its_own_and_outlives_a_cancel(
