@@ -24,9 +24,15 @@ from tests.support.database import sqlite_write_lock_held
 
 
 @asynccontextmanager
-async def notes_database(tmp_path: Path) -> AsyncIterator[Database]:
-    """A SQLite database with an empty table ``notes (body)``."""
-    db = open_database(f"sqlite+aiosqlite:///{tmp_path / 'tasks.db'}")
+async def notes_database(tmp_path: Path, *, query: str = "") -> AsyncIterator[Database]:
+    """A SQLite database with an empty table ``notes (body)``; ``query``: the URL's, with
+    which the path is a URI."""
+    path = tmp_path / "tasks.db"
+    db = open_database(
+        f"sqlite+aiosqlite:///file:{path}?{query}&uri=true"
+        if query
+        else f"sqlite+aiosqlite:///{path}"
+    )
     try:
         async with db.transaction() as session:
             await session.execute(text("CREATE TABLE notes (body TEXT)"))
@@ -129,11 +135,7 @@ async def test_without_a_write_ahead_log_the_blocking_writer_refuses_at_once(
 ) -> None:
     """Its commit would wait for every reader there: nothing written, the caller writes the
     usual way."""
-    url = f"sqlite+aiosqlite:///file:{tmp_path / 'plain.db'}?vfs=unix-none&uri=true"
-    db = open_database(url)
-    try:
-        async with db.transaction() as session:
-            await session.execute(text("CREATE TABLE notes (body TEXT)"))
+    async with notes_database(tmp_path, query="vfs=unix-none") as db:
         assert await db.journal_mode() == "delete"
 
         def insert(connection: Connection) -> int:
@@ -144,8 +146,6 @@ async def test_without_a_write_ahead_log_the_blocking_writer_refuses_at_once(
             await db.write_at_once(insert)
         async with db.statements() as session:
             assert (await session.execute(text("SELECT body FROM notes"))).all() == []
-    finally:
-        await db.dispose()
 
 
 async def test_the_blocking_writer_says_a_full_or_unwritable_database_as_the_store_does(
