@@ -8,10 +8,8 @@ import asyncio
 import gc
 import logging
 import multiprocessing
-import sqlite3
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -139,15 +137,6 @@ async def test_a_database_without_a_write_ahead_log_is_said_at_startup_and_still
         uuid = await new_task(client)
         before = (await client.get(f"/tasks/{uuid}")).json()["statistics"]["total_messages"]
         await append(client, uuid, *turns(2))
-        # The background round writes the counters too (the usual way: the call that waits
-        # for no writer refuses without a write-ahead log), before any read asks for them.
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            with closing(sqlite3.connect(plain / "tasks.db")) as db:
-                query = "SELECT total_messages FROM tasks WHERE uuid = ?"
-                (written,) = db.execute(query, (uuid,)).fetchone()
-            if written == before + 2:
-                break
         after = (await client.get(f"/tasks/{uuid}")).json()["statistics"]["total_messages"]
     assert warned()
-    assert written == after == before + 2
+    assert after == before + 2

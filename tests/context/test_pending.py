@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
 
 from app.config import Settings
 from app.context.pending import PendingHeads
 from app.context.records import HeadState, IdempotentResult, StatsDelta
-from app.lifespan import open_services
+from app.lifespan import Services, open_services
 from app.messages.schemas import MessageIn
 from app.tasks.schemas import TaskCreate
 from tests.support.app import running_app
@@ -78,6 +79,13 @@ def committed(context_dir: Path, uuid: str) -> tuple[int, int, int]:
     return int(heads[0][0]), int(tasks[0][0]), int(tasks[0][1])
 
 
+async def new_task_in(services: Services) -> str:
+    """A new task, created in the services directly; its uuid."""
+    body = TaskCreate.model_validate(task_body(system_prompt="You are an agent."))
+    created, _ = await services.task_creation.create(body)
+    return created.task.uuid
+
+
 async def test_a_batch_writes_heads_and_counters_without_any_read(context_dir: Path) -> None:
     settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 20})
     async with running_app(settings) as client:
@@ -117,10 +125,7 @@ async def test_a_round_on_sqlite_is_one_call_of_a_worker_thread(context_dir: Pat
     through aiosqlite (one hand-off to the database's thread each)."""
     settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 10_000})
     async with open_services(settings) as services:
-        created, _ = await services.task_creation.create(
-            TaskCreate.model_validate(task_body(system_prompt="You are an agent."))
-        )
-        uuid = created.task.uuid
+        uuid = await new_task_in(services)
         for step in range(3):
             note = MessageIn.model_validate({"role": "user", "content": f"step {step}"})
             await services.messages.append(uuid, [note], None)
@@ -172,49 +177,93 @@ async def test_a_round_waiting_for_the_database_keeps_no_append_waiting(
         assert committed(context_dir, uuid) == (5, 5, 0)
 
 
+def statements_of(*engines: Engine) -> list[list[str]]:
+    """The statements each engine runs from now on (its cursor's, BEGIN included)."""
+    seen: list[list[str]] = []
+    for engine in engines:
+        ran: list[str] = []
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def record(_c: Any, _cur: Any, statement: str, *_: Any, ran: list[str] = ran) -> None:
+            ran.append(statement.split(None, 1)[0].upper())
+
+        seen.append(ran)
+    return seen
+
+
+async def keys_and_served(services: Services, uuid: str) -> tuple[list[str], int | None]:
+    """The task's registered idempotency keys and its served tokens, read in the service's
+    own database."""
+    async with services.db.statements() as session:
+        keys = await session.execute(
+            text("SELECT key FROM idempotency_keys WHERE task_uuid = :u ORDER BY key"),
+            {"u": uuid},
+        )
+        served = await session.execute(
+            text("SELECT served_tokens FROM tasks WHERE uuid = :u"), {"u": uuid}
+        )
+        return list(keys.scalars()), served.scalar_one()
+
+
 @pytest.mark.sqlite_only  # the call that would not wait is SQLite's
 async def test_a_round_that_gave_way_writes_keys_and_served_tokens_too(
     context_dir: Path,
 ) -> None:
-    """The round that waited for another process's write lock (its quick call gave way) writes
-    all it had pending: heads and counters, the idempotency keys, and the tokens of the payload
-    served."""
-    settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 20})
-    async with running_app(settings) as client:
-        created = await client.post("/tasks", json=task_body(system_prompt="You are an agent."))
-        uuid = created.json()["uuid"]
+    """A round begun while another process holds SQLite's write lock: its quick call gives way
+    at once, and the usual transaction it takes instead (through aiosqlite, waiting for the
+    lock) writes all it had pending: heads and counters, the idempotency keys, and the tokens
+    of the payload served."""
+    settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 10_000})
+    async with open_services(settings) as services:
+        uuid = await new_task_in(services)
+        for key in ("first", "second"):
+            note = MessageIn.model_validate({"role": "user", "content": f"the {key} note"})
+            await services.messages.append(uuid, [note], key)
+        await (await services.payloads.request(uuid, None)).read()
+        assert services.db.blocking_writer is not None
+        quick, usual = statements_of(services.db.blocking_writer, services.db.engine.sync_engine)
         async with sqlite_write_lock_held(settings.effective_database_url):
-            for key in ("first", "second"):
-                note = {"role": "user", "content": f"the {key} note"}
-                headers = {"Idempotency-Key": key}
-                posted = await client.post(f"/tasks/{uuid}/messages", json=note, headers=headers)
-                assert posted.status_code == 201, posted.text
-            served = await client.get(f"/tasks/{uuid}/request")
-            assert served.status_code == 200, served.text
-            await asyncio.sleep(0.2)  # a round is under way, waiting for the lock
-            assert committed(context_dir, uuid) == (1, 1, 0)
-
-        def written() -> tuple[tuple[int, int, int], list[str], int | None]:
-            keys, tokens = run_sql(
-                context_dir,
-                ("SELECT key FROM idempotency_keys WHERE task_uuid = :u ORDER BY key", {"u": uuid}),
-                ("SELECT served_tokens FROM tasks WHERE uuid = :u", {"u": uuid}),
-            )
-            return committed(context_dir, uuid), [k for (k,) in keys], tokens[0][0]
-
-        for _ in range(100):
-            if written()[0] == (3, 3, 0):
-                break
-            await asyncio.sleep(0.02)
-        heads, keys, tokens = written()
-        assert heads == (3, 3, 0)
+            round_ = asyncio.create_task(services.store.write_behind.flush(wait=False))
+            for _ in range(500):  # the quick call refused; the usual one waits for the lock
+                if quick and "BEGIN" in usual:
+                    break
+                await asyncio.sleep(0.01)
+            assert quick == ["BEGIN"]
+            assert "BEGIN" in usual
+            assert not round_.done()
+        await asyncio.wait_for(round_, 30)
+        assert "UPDATE" in usual
+        assert quick == ["BEGIN"]
+        assert committed(context_dir, uuid) == (3, 3, 0)
+        keys, served = await keys_and_served(services, uuid)
         assert keys == ["first", "second"]
-        assert tokens is not None
-        assert tokens > 0
-        # A replay after the round is answered from what it registered.
-        note = {"role": "user", "content": "the first note"}
-        again = await client.post(
-            f"/tasks/{uuid}/messages", json=note, headers={"Idempotency-Key": "first"}
-        )
-        assert again.status_code == 201
-        assert again.headers["Idempotent-Replayed"] == "true"
+        assert served is not None
+        assert served > 0
+
+
+@pytest.mark.sqlite_only
+async def test_without_a_write_ahead_log_a_round_takes_the_usual_transaction(
+    context_dir: Path,
+) -> None:
+    """Where SQLite keeps its rollback journal (here SQLite's unix-none VFS, as on a file system
+    without shared memory), a commit that waits for no one would fail whenever a read
+    overlapped it: the round's quick call refuses before it begins, and the usual transaction
+    writes the heads."""
+    database = context_dir / "tasks.db"
+    url = f"sqlite+aiosqlite:///file:{database}?vfs=unix-none&uri=true"
+    settings = Settings(
+        context_dir=context_dir, database_url=url, storage={"head_flush_ms": 10_000}
+    )
+    async with open_services(settings) as services:
+        assert await services.db.journal_mode() == "delete"
+        uuid = await new_task_in(services)
+        note = MessageIn.model_validate({"role": "user", "content": "a note"})
+        await services.messages.append(uuid, [note], "only")
+        assert services.db.blocking_writer is not None
+        quick, usual = statements_of(services.db.blocking_writer, services.db.engine.sync_engine)
+        await services.store.write_behind.flush(wait=False)
+        assert quick == []
+        assert "UPDATE" in usual
+        assert len(services.store.write_behind.pending) == 0
+        keys, _ = await keys_and_served(services, uuid)
+        assert keys == ["only"]
