@@ -77,11 +77,14 @@ class WriteBehind:
                     await self._closing.wait()
             if self._closing.is_set():
                 return
+            # Nothing is lost when a round fails: the files hold the records; the next round
+            # tries again (and a failure kept this task from its rounds until the next append).
             try:
                 await self.flush(wait=False)
             except (InsufficientStorage, StorageUnavailable) as exc:
-                # Nothing is lost: the files hold the records; the next round tries again.
                 log.warning("pending heads not written: %s", exc.message)
+            except Exception:  # the database failed the round: a connection lost, say
+                log.exception("pending heads not written; the next round tries again")
 
     async def flush(self, task_uuids: Iterable[str] | None = None, *, wait: bool = True) -> None:
         """Write the pending heads (of ``task_uuids``, or all) to the database. ``wait``: for

@@ -3,14 +3,16 @@
 The bookkeeping on its own (pure), then the real app writing its batches on time."""
 
 import asyncio
+import sqlite3
 import threading
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import event, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
 from app.config import Settings
 from app.context.pending import PendingHeads
@@ -267,3 +269,36 @@ async def test_without_a_write_ahead_log_a_round_takes_the_usual_transaction(
         assert len(services.store.write_behind.pending) == 0
         keys, _ = await keys_and_served(services, uuid)
         assert keys == ["only"]
+
+
+@pytest.mark.sqlite_only  # the table is moved away from another connection to the file
+async def test_a_round_the_database_failed_is_tried_again_without_another_append(
+    context_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A round the database fails with an error of its own (here a table gone for a moment)
+    is logged, and the rounds go on: once the database works again the heads are written,
+    though no append or read came to start them."""
+    settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 20})
+    async with open_services(settings) as services:
+        uuid = await new_task_in(services)
+        note = MessageIn.model_validate({"role": "user", "content": "a note"})
+        await services.messages.append(uuid, [note], None)
+        await services.store.write_behind.flush()  # the task and its head now known here
+        database = make_url(settings.effective_database_url).database
+        assert database is not None
+        with closing(sqlite3.connect(database, isolation_level=None)) as other:
+            other.execute("PRAGMA busy_timeout = 10000")
+            other.execute("ALTER TABLE context_heads RENAME TO context_heads_away")
+            await services.messages.append(uuid, [note], None)
+            for _ in range(500):
+                if "pending heads not written" in caplog.text:
+                    break
+                await asyncio.sleep(0.01)
+            assert "no such table: context_heads" in caplog.text
+            other.execute("ALTER TABLE context_heads_away RENAME TO context_heads")
+        for _ in range(500):
+            if not services.store.write_behind.pending:
+                break
+            await asyncio.sleep(0.01)
+        assert len(services.store.write_behind.pending) == 0
+        assert committed(context_dir, uuid) == (3, 3, 0)
