@@ -387,7 +387,11 @@ class CleanupSettings(_Group):
     days: int = Field(
         30, ge=0, description="Finished tasks older than this are removed; 0: never by itself."
     )
-    interval_s: float = Field(3600.0, gt=0, description="How often cleanup runs.")
+    interval_s: float = Field(
+        3600.0,
+        gt=0,
+        description="How often cleanup runs (the first time within a minute of startup).",
+    )
 
 
 class AuthSettings(_Group):

@@ -3,6 +3,7 @@ log checkpoint."""
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
@@ -15,18 +16,27 @@ log = logging.getLogger(__name__)
 # How long shutdown waits for a round to reach a stopping point before cancelling it.
 STOP_GRACE_S = 10.0
 
+# The service's first round comes at a random moment within this long after startup (or
+# within the interval, if shorter): not in the way of the start itself, and not at the same
+# moment in every worker started together. Not a whole interval later: a service restarted
+# more often than that would never get to a round.
+FIRST_ROUND_WITHIN_S = 60.0
+
 # A round's work; it should return soon after the event it is given is set.
 Action = Callable[[asyncio.Event], Awaitable[object]]
 
 
 class Periodic:
-    """Runs ``action`` at once and then every ``interval_s`` until stopped; a round that fails
-    is logged and the next one still comes."""
+    """Runs ``action`` after ``first_after_s`` and then every ``interval_s`` until stopped; a
+    round that fails is logged and the next one still comes."""
 
-    def __init__(self, name: str, interval_s: float, action: Action) -> None:
+    def __init__(
+        self, name: str, interval_s: float, action: Action, *, first_after_s: float = 0.0
+    ) -> None:
         self.name = name
         self.interval_s = interval_s
         self.action = action
+        self.first_after_s = first_after_s
         self._stopping = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
 
@@ -45,16 +55,31 @@ class Periodic:
             await self._loop
 
     async def _run_forever(self) -> None:
-        # The first round runs at startup: a service restarted more often than the interval
-        # would otherwise never get to it.
+        await self._wait(self.first_after_s)
         while not self._stopping.is_set():
             try:
                 await self.action(self._stopping)
             except Exception:
                 log.exception("%s failed; next round in %ss", self.name, self.interval_s)
-            with suppress(TimeoutError):  # not wait_for: see JobRunner._run_forever
-                async with asyncio.timeout(self.interval_s):
-                    await self._stopping.wait()
+            await self._wait(self.interval_s)
+
+    async def _wait(self, seconds: float) -> None:
+        """Until the next round is due, or stop() is called."""
+        with suppress(TimeoutError):  # not wait_for: see JobRunner._run_forever
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
+
+def first_round_delay(interval_s: float) -> float:
+    """When the service's first round of work done every ``interval_s`` comes after startup."""
+    return random.uniform(0, min(interval_s, FIRST_ROUND_WITHIN_S))
+
+
+def _started(name: str, interval_s: float, action: Action) -> Periodic:
+    """One of the service's periodic rounds, started; its first at :func:`first_round_delay`."""
+    periodic = Periodic(name, interval_s, action, first_after_s=first_round_delay(interval_s))
+    periodic.start()
+    return periodic
 
 
 def start_periodic_cleanup(maintenance: MaintenanceService, settings: Settings) -> Periodic | None:
@@ -65,9 +90,7 @@ def start_periodic_cleanup(maintenance: MaintenanceService, settings: Settings) 
     async def cleanup(stop: asyncio.Event) -> None:
         await maintenance.cleanup(stop=stop)
 
-    periodic = Periodic("periodic cleanup", settings.cleanup.interval_s, cleanup)
-    periodic.start()
-    return periodic
+    return _started("periodic cleanup", settings.cleanup.interval_s, cleanup)
 
 
 def start_periodic_checkpoint(db: Database, settings: Settings) -> Periodic | None:
@@ -79,6 +102,4 @@ def start_periodic_checkpoint(db: Database, settings: Settings) -> Periodic | No
     async def checkpoint(_: asyncio.Event) -> None:
         await db.checkpoint()
 
-    periodic = Periodic("WAL checkpoint", settings.storage.wal_checkpoint_interval_s, checkpoint)
-    periodic.start()
-    return periodic
+    return _started("WAL checkpoint", settings.storage.wal_checkpoint_interval_s, checkpoint)

@@ -1,5 +1,6 @@
 """The periodic cleanup: old finished tasks disappear without any call; a failed round is
-logged and the next one comes; shutdown stops it at a stopping point."""
+logged and the next one comes; the first round comes a while after startup; shutdown stops it
+at a stopping point."""
 
 import asyncio
 import logging
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.maintenance.periodic import Periodic
+from app.maintenance.periodic import FIRST_ROUND_WITHIN_S, Periodic, first_round_delay
 from tests.support.app import running_app
 from tests.support.cleanup import assert_gone, assert_present, backdate, cleanup_settings, make_task
 from tests.support.waits import settle
@@ -93,3 +94,37 @@ async def test_stop_waits_for_a_stopping_point_then_cancels() -> None:
         await asyncio.sleep(0.01)
         await asyncio.wait_for(periodic.stop(grace_s=0.2), 5)
     assert finished == ["polite", "stubborn cancelled"]
+
+
+async def test_the_first_round_comes_after_its_delay_and_a_stop_meanwhile_skips_it() -> None:
+    rounds: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def note(stop: asyncio.Event) -> None:
+        rounds.append(loop.time())
+
+    started = loop.time()
+    periodic = Periodic("delayed", 3600, note, first_after_s=0.2)
+    periodic.start()
+    for _ in range(500):
+        if rounds:
+            break
+        await asyncio.sleep(0.01)
+    await periodic.stop()
+    assert len(rounds) == 1
+    assert rounds[0] - started >= 0.2
+
+    never = Periodic("stopped first", 3600, note, first_after_s=3600)
+    never.start()
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(never.stop(grace_s=0.2), 1)
+    assert len(rounds) == 1
+
+
+def test_the_services_first_rounds_are_spread_within_a_minute_or_the_interval() -> None:
+    """Workers started together do not all run a round at once, and a service restarted more
+    often than the interval still gets to one."""
+    delays = [first_round_delay(3600) for _ in range(200)]
+    assert all(0 <= d <= FIRST_ROUND_WITHIN_S for d in delays)
+    assert max(delays) - min(delays) > FIRST_ROUND_WITHIN_S / 2
+    assert all(0 <= first_round_delay(0.1) <= 0.1 for _ in range(50))
