@@ -29,6 +29,9 @@ from app.storage.locks import TaskLocks
 
 log = logging.getLogger(__name__)
 
+# While rounds keep failing, the wait before the next one doubles up to this.
+FAILING_ROUNDS_EVERY_S = 5.0
+
 
 class _Due(NamedTuple):
     """What some tasks have pending: their heads, and the tokens of their payloads served."""
@@ -71,20 +74,24 @@ class WriteBehind:
             self._flusher = asyncio.create_task(self._flush_while_pending())
 
     async def _flush_while_pending(self) -> None:
+        # Nothing is lost when a round fails: the files hold the records. The next round tries
+        # again, later each time while they keep failing (a full disk, a database gone), and
+        # only the first failure of a run is logged in full.
+        wait_s = self.every_s
         while len(self.pending) and not self._closing.is_set():
             with suppress(TimeoutError):
-                async with asyncio.timeout(self.every_s):
+                async with asyncio.timeout(wait_s):
                     await self._closing.wait()
             if self._closing.is_set():
                 return
-            # Nothing is lost when a round fails: the files hold the records; the next round
-            # tries again (and a failure kept this task from its rounds until the next append).
             try:
                 await self.flush(wait=False)
-            except (InsufficientStorage, StorageUnavailable) as exc:
-                log.warning("pending heads not written: %s", exc.message)
-            except Exception:  # the database failed the round: a connection lost, say
-                log.exception("pending heads not written; the next round tries again")
+            except Exception as exc:  # the database failed the round: a connection lost, say
+                failing = wait_s > self.every_s
+                wait_s = min(wait_s * 2, max(self.every_s, FAILING_ROUNDS_EVERY_S))
+                _log_failed_round(exc, again=failing, next_in_s=wait_s)
+            else:
+                wait_s = self.every_s
 
     async def flush(self, task_uuids: Iterable[str] | None = None, *, wait: bool = True) -> None:
         """Write the pending heads (of ``task_uuids``, or all) to the database. ``wait``: for
@@ -204,6 +211,15 @@ def _write_due(due: _Due, connection: Connection) -> _Written:
     written = heads.write_pending(connection, due.entries)
     heads.write_served(connection, due.served)
     return _Written(due, written)
+
+
+def _log_failed_round(exc: Exception, *, again: bool, next_in_s: float) -> None:
+    if isinstance(exc, (InsufficientStorage, StorageUnavailable)):
+        log.warning("pending heads not written: %s; next try in %.1f s", exc.message, next_in_s)
+    elif again:
+        log.warning("pending heads still not written: %r; next try in %.1f s", exc, next_in_s)
+    else:
+        log.exception("pending heads not written; next try in %.1f s", next_in_s)
 
 
 def _gone(task_uuid: str) -> Callable[[], Awaitable[None]]:

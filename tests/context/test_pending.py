@@ -3,6 +3,7 @@
 The bookkeeping on its own (pure), then the real app writing its batches on time."""
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from contextlib import closing
@@ -271,34 +272,39 @@ async def test_without_a_write_ahead_log_a_round_takes_the_usual_transaction(
         assert keys == ["only"]
 
 
-@pytest.mark.sqlite_only  # the table is moved away from another connection to the file
-async def test_a_round_the_database_failed_is_tried_again_without_another_append(
+@pytest.mark.sqlite_only  # the trigger is made from another connection to the file
+async def test_a_round_the_database_fails_is_tried_again_less_often_until_it_works(
     context_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A round the database fails with an error of its own (here a table gone for a moment)
-    is logged, and the rounds go on: once the database works again the heads are written,
-    though no append or read came to start them."""
+    """A round the database fails with an error of its own (here a trigger refusing every
+    change of a head) is logged in full once; the rounds go on, further apart while they keep
+    failing, and once the database takes the change again the heads are written, though no
+    append or read came to start them."""
+    caplog.set_level(logging.WARNING, logger="app.context.write_behind")
     settings = Settings(context_dir=context_dir, storage={"head_flush_ms": 20})
     async with open_services(settings) as services:
         uuid = await new_task_in(services)
-        note = MessageIn.model_validate({"role": "user", "content": "a note"})
-        await services.messages.append(uuid, [note], None)
-        await services.store.write_behind.flush()  # the task and its head now known here
         database = make_url(settings.effective_database_url).database
         assert database is not None
         with closing(sqlite3.connect(database, isolation_level=None)) as other:
-            other.execute("PRAGMA busy_timeout = 10000")
-            other.execute("ALTER TABLE context_heads RENAME TO context_heads_away")
+            other.execute(
+                "CREATE TRIGGER refuse BEFORE UPDATE ON context_heads "
+                "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+            )
+            note = MessageIn.model_validate({"role": "user", "content": "a note"})
             await services.messages.append(uuid, [note], None)
-            for _ in range(500):
-                if "pending heads not written" in caplog.text:
-                    break
-                await asyncio.sleep(0.01)
-            assert "no such table: context_heads" in caplog.text
-            other.execute("ALTER TABLE context_heads_away RENAME TO context_heads")
-        for _ in range(500):
+            await asyncio.sleep(1.5)
+            failures = [r for r in caplog.records if "not written" in r.getMessage()]
+            # Every 20 ms that would be ~75 rounds; doubling from there, a handful.
+            assert 2 <= len(failures) <= 10, [r.getMessage() for r in failures]
+            assert failures[0].exc_info is not None
+            assert "refused by the test" in str(failures[0].exc_info[1])
+            assert all(r.exc_info is None for r in failures[1:])
+            assert committed(context_dir, uuid) == (1, 1, 0)
+            other.execute("DROP TRIGGER refuse")
+        for _ in range(1000):
             if not services.store.write_behind.pending:
                 break
             await asyncio.sleep(0.01)
         assert len(services.store.write_behind.pending) == 0
-        assert committed(context_dir, uuid) == (3, 3, 0)
+        assert committed(context_dir, uuid) == (2, 2, 0)

@@ -39,7 +39,7 @@ def assert_report(report: dict[str, Any], **expected: Any) -> None:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    """The periodic cleanup off: its first round runs at startup and, late under load, would
+    """The periodic cleanup off: its first round comes within a minute of startup and would
     rightly remove the tasks a test has just made old before the test asks for it."""
     return cleanup_settings(tmp_path)
 
@@ -100,9 +100,9 @@ async def test_cleanup_removes_exactly_the_old_finished_tasks(
 
 
 async def test_a_bare_cleanup_takes_cleanup_days(tmp_path: Path) -> None:
-    """No body: the age is CLEANUP_DAYS (30 by default). The periodic cleanup runs at startup
-    too, and either may be the one that removes the task made 40 days old; after the request
-    it is gone, and the one finished 29 days ago is not."""
+    """No body: the age is CLEANUP_DAYS (30 by default). The periodic cleanup's first round
+    may come meanwhile, and either may be the one that removes the task made 40 days old; after
+    the request it is gone, and the one finished 29 days ago is not."""
     settings = cleanup_settings(tmp_path, cleanup={"days": 30})
     async with running_app(settings) as client:
         old, recent = await make_task(client, "completed"), await make_task(client, "completed")
