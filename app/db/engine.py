@@ -56,7 +56,7 @@ _BUSY_TIMEOUT_MS = 30_000
 # one that cannot finish is tried again at the next round.
 _CHECKPOINT_BUSY_MS = 200
 _WAL_SIZE_LIMIT = 16 * 1024 * 1024
-# A blocking writer's connection: whether SQLite kept the write-ahead log on it.
+# A SQLite connection's: whether SQLite kept the write-ahead log on it.
 _KEEPS_WAL = "keeps_wal"
 
 
@@ -198,11 +198,13 @@ class WriterBusy(Exception):
 
 def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
         # Let SQLAlchemy emit BEGIN itself (the driver's implicit BEGIN is always deferred).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
+        (mode,) = cursor.fetchone()  # what SQLite kept
+        record.info[_KEEPS_WAL] = mode == "wal"
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
@@ -263,13 +265,6 @@ def _blocking_writer(url: str) -> Engine | None:
     if engine is None:
         return None
     _configure_sqlite(engine, busy_timeout_ms=0)
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, record: Any) -> None:
-        # After _configure_sqlite's listener asked for WAL: what SQLite kept.
-        (mode,) = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
-        record.info[_KEEPS_WAL] = mode == "wal"
-
     return engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
 
 
