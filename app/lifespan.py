@@ -53,7 +53,7 @@ from app.threads.chronicle import ChronicleWriter
 from app.threads.service import ThreadService
 from app.ui.pages import OpsPages
 from app.webhooks.service import WebhookDelivery
-from migrations.upgrade import upgrade_to_head
+from migrations.upgrade import upgrade_database
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ async def prepare_storage(db: Database, layout: Layout, locks: TaskLocks) -> Non
     """Migrate and reconcile, once at a time across the workers sharing CONTEXT_DIR."""
     layout.ensure()
     async with locks.hold_global():
-        await upgrade_to_head(db.engine)
+        await upgrade_database(db)
         journal = await db.journal_mode()
         if journal not in (None, "wal", "memory"):
             # Still correct, but readers and the writer then exclude each other: every read

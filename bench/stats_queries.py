@@ -21,7 +21,7 @@ from app.db.engine import open_database
 from app.db.models import Task
 from app.storage.layout import Layout
 from bench.harness import Report, Service, Table, warm_gets
-from migrations.upgrade import upgrade_to_head
+from migrations.upgrade import upgrade_database
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 DAYS = 90
@@ -86,7 +86,7 @@ async def populate(settings: Settings, count: int) -> list[dict[str, Any]]:
     table = Task.metadata.tables["tasks"]
     db = open_database(settings.effective_database_url)
     try:
-        await upgrade_to_head(db.engine)
+        await upgrade_database(db)
         for start in range(0, count, 5000):
             async with db.transaction() as session:
                 # Core, not ORM, insert: a third of the time, and the rows are plain dicts.

@@ -1,6 +1,8 @@
 """The Alembic migrations build exactly the schema the models describe, up and down."""
 
 import asyncio
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +10,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -15,8 +18,8 @@ from sqlalchemy.pool import NullPool
 
 from app.db.base import Base
 from app.db.engine import open_database
-from migrations.upgrade import alembic_config, upgrade_to_head
-from tests.support.database import in_thread
+from migrations.upgrade import alembic_config, upgrade_database
+from tests.support.database import in_thread, sqlite_write_lock_held, statements_of
 
 
 def test_upgrade_matches_models_and_downgrade_empties(tmp_path: Path) -> None:
@@ -66,11 +69,11 @@ async def test_a_new_database_gets_the_schema_every_migration_builds(tmp_path: P
     config.set_main_option("sqlalchemy.url", migrated.replace("sqlite://", "sqlite+aiosqlite://"))
     await asyncio.to_thread(command.upgrade, config, "head")  # env.py runs its own loop
     built = f"sqlite:///{tmp_path / 'built.db'}"
-    engine = create_async_engine(built.replace("sqlite://", "sqlite+aiosqlite://"))
+    database = open_database(built.replace("sqlite://", "sqlite+aiosqlite://"))
     try:
-        await upgrade_to_head(engine)
+        await upgrade_database(database)
     finally:
-        await engine.dispose()
+        await database.dispose()
     schemas = []
     for url in (migrated, built):
         sync_engine = create_engine(url)
@@ -105,7 +108,7 @@ async def test_upgrading_a_populated_database_keeps_its_rows(tmp_path: Path) -> 
         )
     database = open_database(url)
     try:
-        await upgrade_to_head(database.engine)
+        await upgrade_database(database)
     finally:
         await database.dispose()
     with engine.connect() as connection:
@@ -144,3 +147,52 @@ def test_migrations_on_postgresql(database_url: str) -> None:
     diff, tables = in_thread(schema)
     assert diff == [], f"models and migrations disagree: {diff}"
     assert {"tasks", "context_heads", "idempotency_keys", "jobs", "threads"} <= tables
+
+
+async def test_the_service_builds_a_new_sqlite_database_in_one_call_of_its_writer(
+    tmp_path: Path,
+) -> None:
+    """A new SQLite database is built through the blocking writer, in one transaction begun
+    with the write lock: not a statement through the async driver."""
+    database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'n.db'}")
+    try:
+        assert database.blocking_writer is not None
+        quick, usual = statements_of(database.blocking_writer, database.engine.sync_engine)
+        await upgrade_database(database)
+    finally:
+        await database.dispose()
+    assert quick[0] == "BEGIN"
+    assert "CREATE" in quick
+    assert usual == []
+    _assert_at_head(tmp_path / "n.db")
+
+
+async def test_a_migration_waits_its_turn_behind_another_processs_write(tmp_path: Path) -> None:
+    """While another process holds SQLite's write lock, the quick writer's refusal is not the
+    answer: the migration waits its turn and completes once the lock is let go."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'w.db'}"
+    with closing(sqlite3.connect(tmp_path / "w.db")) as other:  # as another service left it
+        other.execute("PRAGMA journal_mode=WAL")
+    database = open_database(url)
+    try:
+        async with sqlite_write_lock_held(url):
+            migrating = asyncio.create_task(upgrade_database(database))
+            await asyncio.sleep(0.5)
+            assert not migrating.done()
+        await asyncio.wait_for(migrating, 30)
+    finally:
+        await database.dispose()
+    _assert_at_head(tmp_path / "w.db")
+
+
+def _assert_at_head(path: Path) -> None:
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        with engine.connect() as connection:
+            schema = _schema(connection)
+    finally:
+        engine.dispose()
+    assert {"tasks", "context_heads", "idempotency_keys", "jobs", "threads"} <= set(
+        schema["tables"]
+    )
+    assert schema["revision"] == ScriptDirectory.from_config(alembic_config()).get_current_head()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import make_url
 
 from app.config import Settings
 from app.context.pending import PendingHeads
@@ -22,7 +22,7 @@ from app.lifespan import Services, open_services
 from app.messages.schemas import MessageIn
 from app.tasks.schemas import TaskCreate
 from tests.support.app import running_app
-from tests.support.database import run_sql, sqlite_write_lock_held
+from tests.support.database import run_sql, sqlite_write_lock_held, statements_of
 from tests.support.tasks import task_body
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
@@ -178,20 +178,6 @@ async def test_a_round_waiting_for_the_database_keeps_no_append_waiting(
                 break
             await asyncio.sleep(0.02)
         assert committed(context_dir, uuid) == (5, 5, 0)
-
-
-def statements_of(*engines: Engine) -> list[list[str]]:
-    """The statements each engine runs from now on (its cursor's, BEGIN included)."""
-    seen: list[list[str]] = []
-    for engine in engines:
-        ran: list[str] = []
-
-        @event.listens_for(engine, "before_cursor_execute")
-        def record(_c: Any, _cur: Any, statement: str, *_: Any, ran: list[str] = ran) -> None:
-            ran.append(statement.split(None, 1)[0].upper())
-
-        seen.append(ran)
-    return seen
 
 
 async def keys_and_served(services: Services, uuid: str) -> tuple[list[str], int | None]:

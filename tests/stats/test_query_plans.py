@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql
 from app.db.engine import Database, open_database
 from app.stats.repository import build_queries
 from app.stats.schemas import StatsFilters
-from migrations.upgrade import upgrade_to_head
+from migrations.upgrade import upgrade_database
 from tests.support.query_plans import plan, scans_table
 
 DAY = datetime(2026, 11, 1, tzinfo=UTC)
@@ -30,7 +30,7 @@ SELECTIVE: list[dict[str, Any]] = [
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[Database]:
     database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'plans.db'}")
-    await upgrade_to_head(database.engine)
+    await upgrade_database(database)
     yield database
     await database.dispose()
 

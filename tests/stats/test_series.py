@@ -16,7 +16,7 @@ from app.db.models import Task
 from app.stats.repository import series_query
 from app.stats.schemas import StatsFilters
 from app.stats.service import MAX_SLOTS, StatsService
-from migrations.upgrade import upgrade_to_head
+from migrations.upgrade import upgrade_database
 from tests.support.query_plans import plan, scans_table
 from tests.support.tasks import create_task
 
@@ -91,7 +91,7 @@ async def test_a_long_range_keeps_its_newest_slots(client: httpx.AsyncClient, db
 async def test_a_bounded_series_reads_the_created_at_index(tmp_path: Path) -> None:
     database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'plans.db'}")
     try:
-        await upgrade_to_head(database.engine)
+        await upgrade_database(database)
         filters = StatsFilters(since=NOON, until=NOON + timedelta(days=1))
         for bucket in ("hour", "day"):
             steps = await plan(database, series_query(filters, bucket))

@@ -14,7 +14,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import make_url, text
+from sqlalchemy import event, make_url, text
+from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -91,3 +92,17 @@ async def sqlite_write_lock_held(url: str) -> AsyncIterator[None]:
     finally:
         release.set()
         await holder
+
+
+def statements_of(*engines: Engine) -> list[list[str]]:
+    """The statements each engine runs from now on (its cursor's, BEGIN included)."""
+    seen: list[list[str]] = []
+    for engine in engines:
+        ran: list[str] = []
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def record(_c: Any, _cur: Any, statement: str, *_: Any, ran: list[str] = ran) -> None:
+            ran.append(statement.split(None, 1)[0].upper())
+
+        seen.append(ran)
+    return seen

@@ -9,9 +9,9 @@ import os
 
 import asyncpg
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from migrations.upgrade import upgrade_to_head
+from app.db.engine import open_database
+from migrations.upgrade import upgrade_database
 from tests.support.database import in_thread
 
 
@@ -42,11 +42,11 @@ class PostgresDatabases:
             await self._execute(
                 f"DROP DATABASE IF EXISTS {self.template}", f"CREATE DATABASE {self.template}"
             )
-            engine = create_async_engine(self.url_of(self.template))
+            database = open_database(self.url_of(self.template))
             try:
-                await upgrade_to_head(engine)
+                await upgrade_database(database)
             finally:
-                await engine.dispose()
+                await database.dispose()
 
         in_thread(work)
 

@@ -12,7 +12,7 @@ from app.db.engine import Database, open_database
 from app.task_key import TaskKey
 from app.tasks.creation import MAX_RUNNING_SIBLINGS
 from app.tasks.repository import running_siblings_query
-from migrations.upgrade import upgrade_to_head
+from migrations.upgrade import upgrade_database
 from tests.support.query_plans import plan, scans_table
 from tests.support.tasks import DEFAULT_KEY, create_task, key
 
@@ -81,7 +81,7 @@ async def test_the_list_is_bounded_the_count_is_not(client: Client) -> None:
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[Database]:
     database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'plans.db'}")
-    await upgrade_to_head(database.engine)
+    await upgrade_database(database)
     yield database
     await database.dispose()
 
