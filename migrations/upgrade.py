@@ -28,8 +28,7 @@ def _scripts() -> ScriptDirectory:
     return ScriptDirectory.from_config(alembic_config())
 
 
-def upgrade(connection: Connection) -> None:
-    """Bring the schema to the newest revision in the connection's transaction. Blocking."""
+def _upgrade(connection: Connection) -> None:
     context = MigrationContext.configure(connection)
     if not inspect(connection).get_table_names():
         # A new database gets the models' schema in one go, stamped with the newest revision
@@ -44,16 +43,16 @@ def upgrade(connection: Connection) -> None:
 
 
 async def upgrade_database(db: Database) -> None:
-    """The schema at the newest revision, in one write transaction begun with
-    the database's write lock (no other writer can slip in between its reads and writes). On
-    SQLite in one call of the writer's thread where no other process is writing: through the
-    async driver each of a new database's ~45 statements is several hand-offs to the driver's
-    thread and back, which took half of an app's start."""
+    """The schema at the newest revision, in one write transaction begun with the database's
+    write lock (no other writer can slip in between its reads and writes). On SQLite in one
+    call of the writer's thread where no other process is writing: through the async driver
+    each of a new database's ~45 statements is several hand-offs to the driver's thread and
+    back, which took half of an app's start."""
     if db.blocking_writer is not None:
         try:
-            await db.write_at_once(upgrade)
+            await db.write_at_once(_upgrade)
             return
         except WriterBusy:  # another process is writing (or no write-ahead log): wait in turn
             pass
     async with db.transaction() as session:
-        await session.run_sync(lambda sync_session: upgrade(sync_session.connection()))
+        await session.run_sync(lambda sync_session: _upgrade(sync_session.connection()))
