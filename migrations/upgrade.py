@@ -28,29 +28,40 @@ def _scripts() -> ScriptDirectory:
     return ScriptDirectory.from_config(alembic_config())
 
 
+def _at_head(connection: Connection) -> bool:
+    """Whether the database has the schema of the newest revision. Blocking."""
+    revision = MigrationContext.configure(connection).get_current_revision()
+    return revision == _scripts().get_current_head()
+
+
 def _upgrade(connection: Connection) -> None:
-    context = MigrationContext.configure(connection)
+    """The schema at the newest revision, in the connection's transaction. Blocking."""
     if not inspect(connection).get_table_names():
         # A new database gets the models' schema in one go, stamped with the newest revision
         # (Alembic's recipe): the schema every migration in turn builds (a test holds the
         # two to it), in a fraction of the time.
         Base.metadata.create_all(connection)
-        context.stamp(_scripts(), "head")
-    elif context.get_current_revision() != _scripts().get_current_head():
+        MigrationContext.configure(connection).stamp(_scripts(), "head")
+    elif not _at_head(connection):
         config = alembic_config()
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 
 
 async def upgrade_database(db: Database) -> None:
-    """The schema at the newest revision, in one write transaction begun with the database's
-    write lock (no other writer can slip in between its reads and writes). On SQLite in one
-    call of the writer's thread where no other process is writing: through the async driver
-    each of a new database's ~45 statements is several hand-offs to the driver's thread and
-    back, which took half of an app's start."""
+    """The schema at the newest revision. A database already there is only read: a restart
+    does not wait behind other processes' writes. Otherwise in one write transaction begun
+    with the database's write lock (no other writer can slip in between its reads and
+    writes); on SQLite in one call of the writer's thread where no other process is writing:
+    through the async driver each of a new database's ~40 statements is several hand-offs to
+    the driver's thread and back, which took half of an app's start."""
+    async with db.engine.connect() as connection:
+        if await connection.run_sync(_at_head):
+            return
     if db.blocking_writer is not None:
         try:
-            await db.write_at_once(_upgrade)
+            async with db.write_turn():
+                await db.write_at_once(_upgrade)
             return
         except WriterBusy:  # another process is writing (or no write-ahead log): wait in turn
             pass

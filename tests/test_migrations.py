@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db.base import Base
-from app.db.engine import open_database
+from app.db.engine import Database, open_database
 from migrations.upgrade import alembic_config, upgrade_database
 from tests.support.database import in_thread, sqlite_write_lock_held, statements_of
 
@@ -38,6 +38,10 @@ def test_upgrade_matches_models_and_downgrade_empties(tmp_path: Path) -> None:
     with engine.connect() as connection:
         assert set(inspect(connection).get_table_names()) == {"alembic_version"}
     engine.dispose()
+
+
+# What the async driver may run when a migration reads only (BEGIN: SQLite's deferred kind).
+READS = {"BEGIN", "PRAGMA", "SELECT"}
 
 
 def _schema(connection: Connection) -> dict[str, Any]:
@@ -84,9 +88,11 @@ async def test_a_new_database_gets_the_schema_every_migration_builds(tmp_path: P
     assert schemas[1] == schemas[0]
 
 
-async def test_upgrading_a_populated_database_keeps_its_rows(tmp_path: Path) -> None:
-    """Migrations run as the service runs them (its engine, foreign keys on) on a database
-    with tasks: no row is lost, not even through a cascade."""
+@pytest.mark.parametrize("writer", ["at once", "behind another write"])
+async def test_upgrading_a_populated_database_keeps_its_rows(tmp_path: Path, writer: str) -> None:
+    """Migrations run as the service runs them (its engines, foreign keys on) on a database
+    with tasks, through the quick writer or, while another process writes, the usual one: no
+    row is lost, not even through a cascade."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'p.db'}"
     config = alembic_config()
     config.set_main_option("sqlalchemy.url", url)
@@ -108,7 +114,11 @@ async def test_upgrading_a_populated_database_keeps_its_rows(tmp_path: Path) -> 
         )
     database = open_database(url)
     try:
-        await upgrade_database(database)
+        if writer == "at once":
+            await upgrade_database(database)
+        else:
+            _write_ahead_log(tmp_path / "p.db")
+            await _upgrade_behind_another_write(database, url)
     finally:
         await database.dispose()
     with engine.connect() as connection:
@@ -153,7 +163,7 @@ async def test_the_service_builds_a_new_sqlite_database_in_one_call_of_its_write
     tmp_path: Path,
 ) -> None:
     """A new SQLite database is built through the blocking writer, in one transaction begun
-    with the write lock: not a statement through the async driver."""
+    with the write lock; the async driver only reads."""
     database = open_database(f"sqlite+aiosqlite:///{tmp_path / 'n.db'}")
     try:
         assert database.blocking_writer is not None
@@ -161,28 +171,67 @@ async def test_the_service_builds_a_new_sqlite_database_in_one_call_of_its_write
         await upgrade_database(database)
     finally:
         await database.dispose()
-    assert quick[0] == "BEGIN"
+    assert quick.count("BEGIN") == 1
     assert "CREATE" in quick
-    assert usual == []
+    assert set(usual) <= READS
     _assert_at_head(tmp_path / "n.db")
+
+
+async def test_a_database_at_head_is_only_read_even_while_another_process_writes(
+    tmp_path: Path,
+) -> None:
+    """A restart on a database already at the newest revision writes nothing, and so does not
+    wait for another process's write to end."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'h.db'}"
+    database = open_database(url)
+    try:
+        await upgrade_database(database)
+    finally:
+        await database.dispose()
+    database = open_database(url)
+    try:
+        assert database.blocking_writer is not None
+        quick, usual = statements_of(database.blocking_writer, database.engine.sync_engine)
+        async with sqlite_write_lock_held(url):
+            await asyncio.wait_for(upgrade_database(database), 5)
+    finally:
+        await database.dispose()
+    assert quick == []
+    assert set(usual) <= READS
 
 
 async def test_a_migration_waits_its_turn_behind_another_processs_write(tmp_path: Path) -> None:
     """While another process holds SQLite's write lock, the quick writer's refusal is not the
     answer: the migration waits its turn and completes once the lock is let go."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'w.db'}"
-    with closing(sqlite3.connect(tmp_path / "w.db")) as other:  # as another service left it
-        other.execute("PRAGMA journal_mode=WAL")
+    _write_ahead_log(tmp_path / "w.db")
     database = open_database(url)
     try:
-        async with sqlite_write_lock_held(url):
-            migrating = asyncio.create_task(upgrade_database(database))
-            await asyncio.sleep(0.5)
-            assert not migrating.done()
-        await asyncio.wait_for(migrating, 30)
+        assert database.blocking_writer is not None
+        quick, usual = statements_of(database.blocking_writer, database.engine.sync_engine)
+        await _upgrade_behind_another_write(database, url)
     finally:
         await database.dispose()
+    assert quick == ["BEGIN"]  # refused: the lock is held
+    assert "CREATE" in usual
     _assert_at_head(tmp_path / "w.db")
+
+
+def _write_ahead_log(path: Path) -> None:
+    """The database in WAL mode, as another service process leaves it (a writer elsewhere
+    then holds WAL's write lock, which a new connection waits for)."""
+    with closing(sqlite3.connect(path)) as connection:
+        connection.execute("PRAGMA journal_mode=WAL")
+
+
+async def _upgrade_behind_another_write(database: Database, url: str) -> None:
+    """``upgrade_database`` begun while another connection holds SQLite's write lock: it is
+    still waiting half a second later, and done once the lock is let go."""
+    async with sqlite_write_lock_held(url):
+        migrating = asyncio.create_task(upgrade_database(database))
+        await asyncio.sleep(0.5)
+        assert not migrating.done()
+    await asyncio.wait_for(migrating, 30)
 
 
 def _assert_at_head(path: Path) -> None:
