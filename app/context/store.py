@@ -1008,6 +1008,8 @@ class ContextStore:
         every acknowledged append before anything reads it. Returns how many were behind."""
         async with self.db.reader() as session:
             rows = await heads.load_running_heads(session)
+        if not rows:
+            return 0
 
         def behind() -> list[tuple[str, int]]:
             def size(task_uuid: str, thread_id: int) -> int:
