@@ -72,7 +72,7 @@ async def reconcile(layout: Layout, db: Database, locks: TaskLocks) -> int:
     found = await asyncio.to_thread(_listed, layout)
     async with db.reader() as session:
         rows = await session.execute(select(Task.uuid, Task.status))
-        statuses = {task_uuid: status for task_uuid, status in rows}
+        statuses = dict(rows.all())
     fixed = 0
     for task_uuid, locations in found.items():
         if locations == [STATUS_DIRS.get(statuses.get(task_uuid, ""))]:
