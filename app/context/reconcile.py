@@ -70,9 +70,11 @@ async def reconcile(layout: Layout, db: Database, locks: TaskLocks) -> int:
     """Fix every disagreement that can be fixed, report the orphans; returns how many
     directories were moved, set aside or removed."""
     found = await asyncio.to_thread(_listed, layout)
+    statuses: dict[str, str] = {}
     async with db.reader() as session:
-        rows = await session.execute(select(Task.uuid, Task.status))
-        statuses = dict(rows.all())
+        for task_uuid, status in await session.execute(select(Task.uuid, Task.status)):
+            if task_uuid in found:
+                statuses[task_uuid] = status
     fixed = 0
     for task_uuid, locations in found.items():
         if locations == [STATUS_DIRS.get(statuses.get(task_uuid, ""))]:
@@ -85,11 +87,7 @@ async def reconcile(layout: Layout, db: Database, locks: TaskLocks) -> int:
             except OSError:  # one task's trouble must not keep the service from starting
                 log.exception("task %s: its directories could not be reconciled", task_uuid)
     await _remove_stray_lock_files(layout, db, locks)
-    if fixed:
-        orphans = await find_orphans(layout, db)
-    else:  # what was listed and read above is what find_orphans would list and read again
-        orphans = await asyncio.to_thread(_orphans, layout, found, set(statuses), MAX_LISTED)
-    _log_orphans(orphans)
+    _log_orphans(await find_orphans(layout, db))
     return fixed
 
 
