@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 
 from app.db import models  # noqa: F401  (registers the tables on Base.metadata)
 from app.db.base import Base
-from app.db.engine import Database, WriterBusy
+from app.db.engine import Database, WriterBusy, in_session
 
 
 def alembic_config() -> Config:
@@ -66,4 +66,4 @@ async def upgrade_database(db: Database) -> None:
         except WriterBusy:  # another process is writing (or no write-ahead log): wait in turn
             pass
     async with db.transaction() as session:
-        await session.run_sync(lambda sync_session: _upgrade(sync_session.connection()))
+        await in_session(session, _upgrade)

@@ -7,7 +7,7 @@ says how much of them is committed and counted.
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.context.files import Recovery
 from app.context.pending import ContextKey, PendingHead
 from app.context.records import HeadState, IdempotentResult, StatsDelta
+from app.db.engine import in_session
 from app.db.models import ContextHead, IdempotencyKey, Task, Thread
 
 log = logging.getLogger(__name__)
@@ -319,12 +320,6 @@ def write_served(connection: Connection, served: dict[str, int]) -> None:
             _SERVED,
             [{"b_task": task_uuid, "b_tokens": tokens} for task_uuid, tokens in served.items()],
         )
-
-
-async def in_session(session: AsyncSession, work: Callable[[Connection], T]) -> T:
-    """``work``, written for a blocking connection, on the session's (which runs each of its
-    statements without blocking the event loop)."""
-    return await session.run_sync(lambda sync_session: work(sync_session.connection()))
 
 
 def stats_values(recovery: Recovery, stats: StatsDelta, thread_id: int) -> dict[str, Any]:

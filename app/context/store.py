@@ -70,7 +70,7 @@ from app.context.records import (
 )
 from app.context.shapes import Marker, SummaryRecord
 from app.context.write_behind import WriteBehind
-from app.db.engine import Database, is_busy
+from app.db.engine import Database, in_session, is_busy
 from app.db.models import ContextHead, Task, Thread
 from app.errors import (
     AppError,
@@ -966,7 +966,7 @@ class ContextStore:
         async with self.db.transaction() as session:
             if pending is not None:
                 due = [(key, pending)]
-                await heads.in_session(session, lambda c: heads.write_pending(c, due))
+                await in_session(session, lambda c: heads.write_pending(c, due))
             await heads.commit_head(session, key, head, task_values, keys, thread_values, now)
         self.write_behind.pending.take(key)
         # The row moved with more than the head: the next append reads it (the copy would fail

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.context import heads
 from app.context.pending import ContextKey, PendingHead, PendingHeads
 from app.context.records import HeadState
-from app.db.engine import Database, WriterBusy
+from app.db.engine import Database, WriterBusy, in_session
 from app.errors import InsufficientStorage, StorageUnavailable, TaskNotFound
 from app.storage.locks import TaskLocks
 
@@ -162,7 +162,7 @@ class WriteBehind:
 
     async def _write_in(self, session: AsyncSession, due: _Due) -> _Written:
         """Write these pending heads in the session's transaction (their tasks' locks held)."""
-        return await heads.in_session(session, partial(_write_due, due))
+        return await in_session(session, partial(_write_due, due))
 
     def _settle(self, done: _Written) -> None:
         """After the commit of :meth:`_write_in` (the locks still held): what it wrote is no
@@ -186,7 +186,7 @@ class WriteBehind:
         try:
             async with self.db.transaction() as session:
                 served = {task_uuid: tokens}
-                await heads.in_session(session, lambda c: heads.write_served(c, served))
+                await in_session(session, lambda c: heads.write_served(c, served))
         except (InsufficientStorage, StorageUnavailable) as exc:
             log.warning("task %s: payload tokens not recorded: %s", task_uuid, exc.message)
 

@@ -191,6 +191,12 @@ class Database:
                     blocking.dispose()
 
 
+async def in_session(session: AsyncSession, work: Callable[[Connection], T]) -> T:
+    """``work``, written for a blocking connection, on the session's (which runs each of its
+    statements without blocking the event loop)."""
+    return await session.run_sync(lambda sync_session: work(sync_session.connection()))
+
+
 class WriterBusy(Exception):
     """A write that would not wait was not made: another process holds SQLite's write lock,
     or (no write-ahead log) the commit would wait for readers."""
