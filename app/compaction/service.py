@@ -11,46 +11,39 @@ it is skipped if the span it summarised is no longer what the context shows.
 """
 
 import asyncio
-import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, BinaryIO, Literal, cast
-
-import orjson
+from typing import Any, BinaryIO, Literal
 
 from app.budgets.policy import Budget
 from app.budgets.service import Budgets
 from app.compaction import plans
+from app.compaction.elision import over_cap_shown_again, pick_elision, seqs_over
 from app.compaction.indexing import PickledEntries, ToIndex, entries_at, entries_of, unpickled
+from app.compaction.masking import masked_results
 from app.compaction.plans import HIDDEN_MESSAGES, Entry, Skip, Span
 from app.compaction.truncation import HiddenFacts, hidden_facts, truncation_text
 from app.config import Settings
-from app.context.effective import MASK, is_marker, marker_kind, position
-from app.context.files import RecordSpan, record_at, span_records, visible_records
+from app.context.effective import MASK, is_marker
+from app.context.files import RecordSpan, record_at, span_records
 from app.context.processes import CpuProcesses, in_a_process
-from app.context.records import ANCHOR, HeadState, openai_message, record_tokens, utc_timestamp
-from app.context.shapes import Marker, MaskedResult, SummaryRecord
+from app.context.records import HeadState, openai_message, utc_timestamp
+from app.context.shapes import Marker, SummaryRecord
 from app.context.store import ContextStore, LockedTask
 from app.db.models import Task
 from app.errors import AppError, ErrorCode, InvalidInput, TaskNotWritable, ThreadNotActive, TooLarge
 from app.formats import native_format
-from app.formats.costs import FormatTokens, TokenCosts, in_format
-from app.formats.parts import content_text, stand_in
+from app.formats.costs import FormatTokens, in_format
 from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, compaction_ms, timed_compaction
 from app.planning.items import latest_items
-from app.storage.jsonl import iter_lines, offset_after_seq
 from app.storage.layout import PLANNING
-from app.summaries.collectors import grouped_errors
-from app.summaries.excerpts import ELISION_HANDLE, ELISION_TEXT, normalize
 from app.summaries.limited import SummaryLimit
 from app.summaries.processes import SummaryProcessLost
 from app.summaries.summarizer import Summarizer
-from app.tokens.accounting import content_tokens
-from app.tokens.counters import TextCounter
 
 log = logging.getLogger(__name__)
 
@@ -63,16 +56,8 @@ MAX_FIT_ROUNDS = 64
 # A step freeing less than this share of what is over the budget has stalled: the messages
 # left to cut are cut to their bones already, or those left to hide are small.
 STALLED_SHARE = 0.1
-CUT_MARGIN, CUT_SLACK = 1.1, 64  # an elision cuts 10% and 64 tokens more than it must
 # The most messages of one append cut to the message cap (a batch of large tool results).
 MAX_CAPS_PER_APPEND = 16
-MIN_ELISION_GAIN = 16  # tokens; less is not worth a marker (re-eliding saves about one)
-MIN_ELIDED_TOKENS = 64  # a smaller message is not worth cutting
-# Characters of a masked result's call arguments its placeholder shows: a label (the call
-# itself, paired with it, shows them whole), kept short as it is in every payload after.
-MAX_PLACEHOLDER_ARGUMENTS = 30
-MAX_PLACEHOLDER_ERRORS = 3  # error lines (grouped) a masked result's placeholder keeps
-MAX_PLACEHOLDER_ERROR_CHARS = 200
 
 
 # Tiers that run once per fit (each does all it can at once) and those that never hide a
@@ -411,7 +396,9 @@ class CompactionService:
             costs = self.store.costs(locked.task)
             shown = {entries[i].position: entries[i].tokens for i in chosen}
             async with self.store.reading_messages(locked) as f:
-                masks = await asyncio.to_thread(_masks, f, head.messages_bytes, list(shown), costs)
+                masks = await asyncio.to_thread(
+                    masked_results, f, head.messages_bytes, list(shown), costs
+                )
             # A result cut to less than its placeholder would cost stays as it is.
             masks = [
                 m
@@ -503,7 +490,7 @@ class CompactionService:
         relaxed: bool = False,
     ) -> Outcome:
         """Cut the middle out of one message, to lose ``excess`` tokens (a last resort): the
-        first, in elision order, that can shrink (see ``_elision``); ``relaxed``: any message
+        first, in elision order, that can shrink (see ``pick_elision``); ``relaxed``: any message
         and any gain will do.
         """
         async with (
@@ -532,7 +519,7 @@ class CompactionService:
         cap = self.budgets.message_cap(context)
         async with self.store.reading_messages(context) as f:  # the appended bytes never change
             over = await asyncio.to_thread(
-                _seqs_over, f, before.messages_bytes, after.messages_bytes, fmt, cap
+                seqs_over, f, before.messages_bytes, after.messages_bytes, fmt, cap
             )
         return await self._cap_each(context.task.uuid, context.thread_id, over)
 
@@ -590,7 +577,9 @@ class CompactionService:
         async with self.store.reading_messages(locked) as f:
             # Reading and counting large messages: off the event loop.
             found = await asyncio.to_thread(
-                partial(_elision, cap=self.budgets.message_cap(locked), only=only, relaxed=relaxed),
+                partial(
+                    pick_elision, cap=self.budgets.message_cap(locked), only=only, relaxed=relaxed
+                ),
                 f,
                 head.messages_bytes,
                 entries,
@@ -796,7 +785,7 @@ class CompactionService:
                         details={"to_seq": to_seq, "last_seq": head.last_seq},
                     )
                 uncut = await asyncio.to_thread(
-                    _over_cap_shown_again,
+                    over_cap_shown_again,
                     f,
                     (to_seq, to_seq if include_target else to_seq - 1),
                     head.messages_bytes,
@@ -953,301 +942,3 @@ def _read_entry(f: BinaryIO, entry: Entry, end: int) -> dict[str, Any]:
     record = record_at(f, entry.seq, end)
     assert record is not None
     return record
-
-
-def _elision(
-    f: BinaryIO,
-    end: int,
-    entries: list[Entry],
-    costs: TokenCosts,
-    excess: int,
-    fmt: str,
-    *,
-    cap: int,
-    only: int | None = None,
-    relaxed: bool = False,
-) -> tuple[int, Marker, tuple[int, FormatTokens]] | None:
-    """The entry to elide (``only`` that one), its elision marker and the marker's cost; None
-    if none gains. A message is cut by ``excess`` and at least down to ``cap`` (one deep cut,
-    not a shave at every turn, each moving the payload's prefix); a summary by ``excess``.
-
-    Group by group of ``plans.elision_order``: contents first, a tool call's arguments (a file
-    written, say) only when no content of the group can give way. A cut tool output keeps the
-    error lines it lost, after the cut; without them it is tried only when no message of any
-    group gives way (an error is what an agent most needs again).
-    """
-    shown = ShownRecords(f, end, entries)
-    # Small messages and gains are not worth a marker, unless nothing else can make room.
-    least = 1 if relaxed else MIN_ELISION_GAIN
-    minimum = 0 if relaxed else MIN_ELIDED_TOKENS
-    groups = plans.elision_order(entries, minimum=minimum) if only is None else ([only], [])
-    attempts = []
-    for group in groups:  # contents, with a cut output's lost error lines; then arguments
-        attempts += [(i, True, False) for i in group]
-        attempts += [(i, False, True) for i in group if entries[i].role == "assistant"]
-    # Only when no message anywhere gives way with them: cut outputs without their error lines.
-    attempts += [(i, False, False) for group in groups for i in group if _keeps_errors(entries[i])]
-    for index, keep_errors, arguments in attempts:
-        entry, original = entries[index], shown.read(index)
-        if ANCHOR in original:  # counted as the most its rendering may cost, not its text
-            continue
-        keeps = keep_errors and _keeps_errors(entry)
-        # Cut from the message as posted: what an earlier elision already took, and the
-        # excess.
-        deep = excess
-        if entry.marker not in plans.MEMORY_KINDS:
-            deep = max(excess, _excess_to_keep(entry.tokens, cap))
-        cut = deep + max(0, record_tokens(original, fmt) - entry.tokens)
-        # The handle costs a few tokens: a window so small that nothing else can give way
-        # goes without it (the seq is still in the history).
-        handle = not entry.masked and not relaxed
-        message = _shortened(costs.counter, original, cut, arguments, keeps, as_posted=handle)
-        if message is None:
-            continue
-        cost = costs.message(message)
-        if entry.tokens - in_format(*cost, fmt) < least:
-            continue
-        # A summary or truncation marker cut to fit stays one (the newest summary is still
-        # the newest summary; a later condense folds it as such).
-        kind = entry.marker if entry.marker in plans.MEMORY_KINDS else "elision"
-        # The elided message's own fields (as posted) with the marker's kind.
-        marker = cast(Marker, {**message, "marker": kind})
-        if original.get("tool_name"):
-            marker["tool_name"] = original["tool_name"]
-        return index, marker, cost
-    return None
-
-
-def _keeps_errors(entry: Entry) -> bool:
-    """Whether a cut of this entry lists the error lines it lost: a tool output, unmasked (a
-    placeholder lists its own)."""
-    return entry.role == "tool" and not entry.masked
-
-
-class ShownRecords:
-    """The records of a context's entries as elision cuts them, read when first asked for: a
-    message as posted (or as an earlier elision left it), a masked result as its placeholder
-    (the original must not come back)."""
-
-    def __init__(self, f: BinaryIO, end: int, entries: list[Entry]) -> None:
-        self.f, self.end, self.entries = f, end, entries
-        self.cache: dict[int, dict[str, Any]] = {}
-
-    def read(self, index: int) -> dict[str, Any]:
-        if index not in self.cache:
-            entry = self.entries[index]
-            if entry.masked:  # every placeholder in one pass: they come together
-                masked = {e.position: i for i, e in enumerate(self.entries) if e.masked}
-                for record in visible_records(self.f, self.end):
-                    if position(record) in masked:
-                        self.cache[masked[position(record)]] = record
-            else:
-                found = record_at(self.f, entry.seq, self.end)
-                assert found is not None
-                self.cache[index] = found
-        return self.cache[index]
-
-
-def _shortened(
-    counter: TextCounter,
-    original: dict[str, Any],
-    cut: int,
-    arguments: bool,
-    keep_errors: bool,
-    *,
-    as_posted: bool,
-) -> dict[str, Any] | None:
-    """The message cut by about ``cut`` tokens: its tool calls' arguments (None without any),
-    or its content, followed with ``keep_errors`` by the error lines the cut took (the cut
-    deeper by what they cost). ``as_posted``: ``original`` is the record of its seq as
-    messages.jsonl holds it (not a placeholder), so a cut of its content has a handle."""
-    message = openai_message(original)
-    if arguments:
-        calls = message.get("tool_calls")
-        return message | {"tool_calls": _elided_calls(counter, calls, cut)} if calls else None
-    errors = _error_lines(original) if keep_errors else []
-    cut += sum(content_tokens(counter, line) + 1 for line in errors)
-    content = elided(counter, message.get("content"), cut, original["seq"] if as_posted else None)
-    shown = normalize(content)
-    lost = "".join(f"\nerror: {line}" for line in errors if line not in shown)
-    return message | {"content": content + lost}
-
-
-def _error_lines(result: dict[str, Any]) -> list[str]:
-    """A tool result's error lines, grouped as a masked result's placeholder shows them (an
-    error is what an agent most needs again); those an earlier elision listed, once."""
-    errors, _ = grouped_errors(
-        result, limit=MAX_PLACEHOLDER_ERRORS, max_chars=MAX_PLACEHOLDER_ERROR_CHARS
-    )
-    return list(dict.fromkeys(line.removeprefix("error: ") for line in errors))
-
-
-def _elided_calls(
-    counter: TextCounter, calls: list[dict[str, Any]], excess: int
-) -> list[dict[str, Any]]:
-    """The calls with the longest string in the largest one's arguments cut in the middle.
-    Arguments that parse stay valid JSON (a file's content written by a tool call, say)."""
-    calls = copy.deepcopy(calls)
-    function = max(calls, key=lambda c: len(c["function"].get("arguments") or ""))["function"]
-    raw = function.get("arguments") or ""
-    try:
-        arguments = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        function["arguments"] = elided(counter, raw, excess)
-        return calls
-    if isinstance(arguments, str):
-        arguments = elided(counter, arguments, excess)
-    else:
-        _cut_longest_string(arguments, lambda text: elided(counter, text, excess))
-    function["arguments"] = orjson.dumps(arguments).decode()
-    return calls
-
-
-def _cut_longest_string(value: Any, cut: Callable[[str], str]) -> None:
-    """Replace, in place, the longest string inside a parsed JSON value with ``cut(it)``."""
-    longest: tuple[int, Any, Any] | None = None
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, child in items:
-            if isinstance(child, str) and (longest is None or len(child) > longest[0]):
-                longest = (len(child), node, key)
-            elif isinstance(child, dict | list):
-                stack.append(child)
-    if longest is not None:
-        _, node, key = longest
-        node[key] = cut(node[key])
-
-
-def elided(counter: TextCounter, content: Any, excess: int, seq: int | None = None) -> str:
-    """The content with its middle cut so that about ``excess`` (+10%, +64) tokens go, keeping
-    at least ``ELIDED_TEXT_TOKENS`` of its start and end (the margin: characters per token
-    vary along a text).
-
-    With ``seq`` (the content is that message's as posted) the note carries a handle: the seq
-    and the characters cut, which GET /tasks/{uuid}/messages/{seq} shows again. The handle's
-    cost is cut too, so the note's length does not eat into the excess."""
-    text = content_text(content, non_text=stand_in)
-    tokens = max(1, content_tokens(counter, text))
-    chars_per_token = len(text) / tokens
-    kept = int(plans.ELIDED_TEXT_TOKENS * chars_per_token)
-    longest = "" if seq is None else ELISION_HANDLE.format(seq=seq, start=len(text), end=len(text))
-    want = excess * CUT_MARGIN + CUT_SLACK + content_tokens(counter, longest)
-    cut = min(len(text) - kept, int(want * chars_per_token))
-    if cut <= 0:
-        return text
-    start = (len(text) - cut) * 2 // 3  # a message's start says most of what it is
-    end = len(text) - cut - start
-    handle = "" if seq is None else ELISION_HANDLE.format(seq=seq, start=start, end=start + cut)
-    note = ELISION_TEXT.format(cut=f"{cut:,}", handle=handle)
-    return text[:start] + note + text[len(text) - end :]
-
-
-def _seqs_over(f: BinaryIO, start: int, end: int, fmt: str, cap: int) -> list[int]:
-    """The seqs of the messages in bytes [start, end) of messages.jsonl that cost more than
-    ``cap`` as ``fmt`` renders them, the largest first."""
-    return _largest_over((orjson.loads(line) for _, line in iter_lines(f, start, end)), fmt, cap)
-
-
-def _over_cap_shown_again(
-    f: BinaryIO, rewind: tuple[int, int], end: int, fmt: str, cap: int
-) -> list[int]:
-    """The messages a rewind to ``rewind[0]`` keeps (up to seq ``rewind[1]``) that an elision
-    after it cut and that cost more than ``cap`` as ``fmt`` renders them: the rewind drops
-    those elisions. Largest first."""
-    to_seq, last_kept = rewind
-    cut: set[int] = set()
-    for _, line in iter_lines(f, offset_after_seq(f, "seq", to_seq, end), end):
-        if b'"elision"' not in line:  # most records are messages: not parsed
-            continue
-        record = orjson.loads(line)
-        if marker_kind(record) == "elision":
-            low, high = record["hides"]  # positions: a message's is its seq
-            if low == high <= last_kept:
-                cut.add(low)
-    kept = (record_at(f, seq, end) for seq in cut)
-    return _largest_over((record for record in kept if record is not None), fmt, cap)
-
-
-def _largest_over(records: Iterable[dict[str, Any]], fmt: str, cap: int) -> list[int]:
-    """The seqs of the messages among ``records`` that cost more than ``cap`` as ``fmt``
-    renders them, the largest first."""
-    costs = [
-        (tokens, record["seq"])
-        for record in records
-        if not is_marker(record) and (tokens := record_tokens(record, fmt)) > cap
-    ]
-    return [seq for _, seq in sorted(costs, reverse=True)]
-
-
-def _excess_to_keep(tokens: int, kept: int) -> int:
-    """The excess for which ``elided`` leaves a little under ``kept`` of ``tokens`` (its
-    margin, meant to free at least an excess, would cut a deep cut far below ``kept``)."""
-    return max(0, int((tokens - kept) / CUT_MARGIN))
-
-
-def _masks(f: BinaryIO, end: int, seqs: list[int], costs: TokenCosts) -> list[MaskedResult]:
-    """What replaces each of these tool results (by seq, as posted): a placeholder naming the
-    call, the output's size and its seq, with the placeholder's costs."""
-    wanted = set(seqs)
-    calls: dict[str, dict[str, Any]] = {}
-    masks: list[MaskedResult] = []
-    for record in visible_records(f, end, as_posted=True):  # a cut result: as posted
-        for call in record.get("tool_calls") or ():
-            calls[call["id"]] = call["function"]
-        if record["seq"] not in wanted:
-            continue
-        function = calls.get(record["tool_call_id"], {})
-        content = mask_placeholder(record, function)
-        masked = openai_message(record) | {"content": content}
-        tokens, format_tokens = costs.message(masked)
-        masks.append(
-            {
-                "seq": record["seq"],
-                "content": content,
-                "tokens": tokens,
-                "format_tokens": format_tokens,
-            }
-        )
-    return masks
-
-
-def mask_placeholder(result: dict[str, Any], function: dict[str, Any]) -> str:
-    """``[output of read_file(path="src/a.py") hidden: 412 lines, 18.3 KB, seq 57]``, and the
-    output's error lines, grouped as a digest groups them (an error is the fact of an output an
-    agent most needs again)."""
-    text = content_text(result.get("content"), non_text=stand_in)
-    name = function.get("name") or result.get("tool_name") or "a tool"
-    arguments = _short_arguments(function.get("arguments") or "")
-    size = len(text.encode())
-    shown = f"{size / 1024:.1f} KB" if size >= 1024 else f"{size} bytes"
-    lines = text.count("\n") + 1 if text else 0
-    placeholder = (
-        f"[output of {name}({arguments}) hidden: {lines} lines, {shown}, seq {result['seq']}]"
-    )
-    errors, more = grouped_errors(
-        result, limit=MAX_PLACEHOLDER_ERRORS, max_chars=MAX_PLACEHOLDER_ERROR_CHARS
-    )
-    if more:
-        errors.append(f"({more} more)")
-    return "\n".join([placeholder, *(f"error: {line}" for line in errors)])
-
-
-def _short_arguments(raw: str) -> str:
-    """key="value" pairs of a call's arguments, each value cut to fit one short line."""
-    try:
-        parsed = orjson.loads(raw) if raw.strip() else {}
-    except orjson.JSONDecodeError:
-        parsed = None
-    if not isinstance(parsed, dict):
-        return _cut(raw, MAX_PLACEHOLDER_ARGUMENTS)
-    pairs = []
-    for key, value in parsed.items():
-        shown = value if isinstance(value, str) else orjson.dumps(value).decode()
-        pairs.append(f"{key}={orjson.dumps(_cut(shown, 80)).decode()}")
-    return _cut(", ".join(pairs), MAX_PLACEHOLDER_ARGUMENTS)
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -136,7 +136,7 @@ class MessageService:
 
 def text_range(record: dict[str, Any], start: int, end: int | None, max_bytes: int) -> MessageText:
     """The range of the record's text, cut to ``max_bytes`` (on a character boundary)."""
-    # The text elision measures its cuts in (app/compaction/service.py ``elided``), so that a
+    # The text elision measures its cuts in (app/compaction/elision.py ``elided``), so that a
     # handle's character range means the same here.
     text = content_text(record.get("content"), non_text=stand_in)
     total = len(text)

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from app.budgets.windows import ROOT, chain_of, chain_ratios, protected_shares
-from app.compaction.service import elided
+from app.compaction.elision import elided
 from app.context.files import ContextFiles
 from app.context.records import ANCHOR_TOKENS, HeadState
 from app.context.store import ContextStore, LockedTask, Snapshot

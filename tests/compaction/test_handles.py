@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.compaction.service import elided
+from app.compaction.elision import elided
 from app.config import Settings
 from app.tokens.counters import HeuristicCounter
 from tests.support.payloads import payload_messages
