@@ -9,8 +9,10 @@ this process's copy of the task's row rather than read it again.
 
 The store runs its parts: group commit of appends (:mod:`app.context.group_commit`), their
 heads and counters in the database (:mod:`app.context.heads`), written behind in batches
-(:mod:`app.context.write_behind`), and the calibration of a task's token counts by reported
-usage (:mod:`app.tokens.calibration`).
+(:mod:`app.context.write_behind`), the calibration of a task's token counts by reported usage
+(:mod:`app.tokens.calibration`), and the blocking file work of a read's snapshot
+(:mod:`app.context.snapshots`) and of a new task's or thread's directory
+(:mod:`app.context.directories`).
 """
 
 import asyncio
@@ -26,13 +28,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-import orjson
-
 from app.config import Settings
 from app.context import heads
 from app.context.checked import ParsedPrefixes
+from app.context.directories import clear_the_way, create_files, stage_files
 from app.context.files import (
-    MARKER,
     ContextFiles,
     PreparedView,
     Recovery,
@@ -43,10 +43,8 @@ from app.context.files import (
     commit_prepared,
     prepared_path,
     prepared_view,
-    read_metadata,
     rebuild,
     recover,
-    write_group,
 )
 from app.context.group_commit import (
     AppendQueues,
@@ -61,7 +59,6 @@ from app.context.group_commit import (
 from app.context.pending import ContextKey
 from app.context.processes import CpuProcesses, in_a_process
 from app.context.records import (
-    ContextAccumulator,
     HeadState,
     IdempotentResult,
     StatsDelta,
@@ -69,6 +66,13 @@ from app.context.records import (
     utc_timestamp,
 )
 from app.context.shapes import Marker, SummaryRecord
+from app.context.snapshots import (
+    LOOP_PARSE_BYTES,
+    Opened,
+    holds_committed,
+    open_if_whole,
+    open_snapshot_files,
+)
 from app.context.write_behind import WriteBehind
 from app.db.engine import Database, in_session, is_busy
 from app.db.models import ContextHead, Task, Thread
@@ -90,18 +94,11 @@ from app.storage.file_work import FileWork, NotQuick, RanOn
 from app.storage.jsonl import (
     CHUNK,
     first_damaged_line,
-    fsync_dir,
-    iter_lines,
     size_of,
-    truncate,
-    write_atomic,
 )
 from app.storage.layout import (
-    CURRENT,
     FINAL_SUMMARY,
-    MESSAGES,
     METADATA,
-    ORPHANS,
     STATUS_DIRS,
     Layout,
     context_dir,
@@ -127,7 +124,7 @@ class LockedTask:
     from_memory: bool = False
     # current.jsonl opened with the row, when the lock was taken to read it (`opening_current`):
     # :meth:`ContextStore.open_snapshot` takes it, or the lock's release closes it.
-    opened_current: "_Opened | None" = field(default=None, repr=False, compare=False)
+    opened_current: "Opened | None" = field(default=None, repr=False, compare=False)
 
     @property
     def thread(self) -> Thread | None:
@@ -167,10 +164,6 @@ class Snapshot:
 # it: what it could miss is another process's calibration of the task (the status it checks
 # against the task's directory), so appends close together (a call and its result) read once.
 REMEMBERED_ROW_S = 1.0
-# The most of a current.jsonl a read on the event loop may parse (~0.15 ms at 0.4 GB/s); a
-# context's first payload in a process, one after many appends, or one whose file was
-# rewritten since (a compaction, another process) parses more, in a worker thread.
-LOOP_PARSE_BYTES = 64 << 10
 
 # What the service counts of the work that may run on the event loop (FileWork).
 FileWorkKind = Literal["append", "read"]
@@ -346,7 +339,7 @@ class ContextStore:
 
     async def _load_context(
         self, task_uuid: str, thread_id: int, opening: bool
-    ) -> tuple[tuple[Task, HeadState | None, bool] | None, "_Opened | None"]:
+    ) -> tuple[tuple[Task, HeadState | None, bool] | None, "Opened | None"]:
         """:func:`heads.load_context`, the task's directory then where its status puts it: in
         one blocking call where the database has a blocking way in (SQLite), and with
         ``opening`` current.jsonl opened for the head the context then has (None when it
@@ -367,7 +360,7 @@ class ContextStore:
 
             def load(
                 quick: bool,
-            ) -> tuple[tuple[Task, HeadState | None, bool] | None, _Opened | None]:
+            ) -> tuple[tuple[Task, HeadState | None, bool] | None, Opened | None]:
                 try:
                     with (quick_reader if quick else blocking).connect() as connection:
                         row = heads.load_context_blocking(connection, task_uuid, thread_id)
@@ -387,7 +380,7 @@ class ContextStore:
                 context = (task_uuid, thread_id)
                 if quick and not self._quick_to_open(directory, context, head, "current"):
                     return row, None
-                opened = _open_if_whole(
+                opened = open_if_whole(
                     directory, files, head, "current", self._parsed, context, quick=quick
                 )
                 return row, opened
@@ -455,7 +448,7 @@ class ContextStore:
         """A new thread of the locked task: its empty files, then its row and head in one
         transaction (a leftover directory of a start that never committed is emptied)."""
         directory = context_dir(self.task_dir(locked.task), thread.thread_id)
-        await asyncio.to_thread(_create_files, directory, fsync=self.fsync)
+        await asyncio.to_thread(create_files, directory, fsync=self.fsync)
         async with self.db.transaction() as session:
             heads.add_context(session, thread)
 
@@ -497,7 +490,7 @@ class ContextStore:
         messages (the task lock held, no row yet). Returns the head and counters they make."""
         staging = self.layout.location_dir(".staging", task.uuid)
         return await asyncio.to_thread(
-            _stage_files,
+            stage_files,
             staging,
             metadata,
             initial,
@@ -523,7 +516,7 @@ class ContextStore:
         service knows, perhaps newer than a restored database: set aside intact, never
         overwritten. One in .trash/ is the rest of a delete that committed: removed.
         """
-        await asyncio.to_thread(_clear_the_way, self.layout, task_uuid)
+        await asyncio.to_thread(clear_the_way, self.layout, task_uuid)
 
     async def final_summaries_ready(self, tasks: list[Task]) -> list[bool]:
         """Whether each of these tasks has its final_summary.txt written."""
@@ -579,8 +572,8 @@ class ContextStore:
             task_dir, files = self.task_dir(locked.task), self.files(locked)
             context, head = (locked.task.uuid, locked.thread_id), locked.head
 
-            def open_whole(quick: bool) -> _Opened | None:
-                return _open_if_whole(
+            def open_whole(quick: bool) -> Opened | None:
+                return open_if_whole(
                     task_dir, files, head, file_name, self._parsed, context, quick=quick
                 )
 
@@ -596,7 +589,7 @@ class ContextStore:
         if file_name == "current":
             head = await self._whole_current(locked, head)
         handle, metadata = await asyncio.to_thread(
-            _open_snapshot, self.task_dir(locked.task), self.files(locked), file_name
+            open_snapshot_files, self.task_dir(locked.task), self.files(locked), file_name
         )
         return Snapshot(context=locked, head=head, handle=handle, metadata=metadata)
 
@@ -648,7 +641,7 @@ class ContextStore:
         except OSError as exc:
             if not reading or storage_failure(exc) is None:
                 raise
-            if not await asyncio.to_thread(_holds_committed, files, locked.head):
+            if not await asyncio.to_thread(holds_committed, files, locked.head):
                 raise
             log.warning("%s: files not repaired (%s): serving what was committed", context, exc)
             return Recovery(head=locked.head)
@@ -1034,127 +1027,3 @@ def _on_run_of(
 ) -> Callable[[RanOn], None] | None:
     """What tells ``on_file_work`` where a run of ``kind`` went."""
     return None if on_file_work is None else partial(on_file_work, kind)
-
-
-def _open_snapshot(
-    task_dir: Path, files: ContextFiles, file_name: str
-) -> tuple[BinaryIO, dict[str, Any]]:
-    metadata = read_metadata(task_dir)
-    return open(files.messages if file_name == "messages" else files.current, "rb"), metadata
-
-
-@dataclass
-class _Opened:
-    """A context file opened for a snapshot of ``head``: the handle past ``prefetched``."""
-
-    head: HeadState
-    handle: BinaryIO
-    metadata: dict[str, Any]
-    prefetched: bytes
-    taken: bool = False  # by a snapshot, which closes it then
-
-
-def _open_if_whole(
-    task_dir: Path,
-    files: ContextFiles,
-    head: HeadState,
-    file_name: str,
-    parsed: ParsedPrefixes,
-    context: ContextKey,
-    *,
-    quick: bool = False,
-) -> _Opened | None:
-    """:func:`_open_snapshot` when the files agree with ``head`` and every line of a
-    current.jsonl to be served parses, with current.jsonl's first bytes (up to a read's
-    chunk) read; None when they need the store's repair first. ``quick`` (on the event loop):
-    NotQuick rather than parse more than LOOP_PARSE_BYTES (bytes rewritten since a payload
-    found them whole) or a file larger than one read."""
-    if not files.in_agreement_with(head):
-        return None
-    handle, metadata = _open_snapshot(task_dir, files, file_name)
-    try:
-        if file_name != "current":
-            return _Opened(head, handle, metadata, b"")
-        prefetched = handle.read(min(CHUNK, head.current_bytes))
-        if len(prefetched) == head.current_bytes:
-            max_parse = LOOP_PARSE_BYTES if quick else None
-            damaged = parsed.first_damaged_line(context, prefetched, max_parse=max_parse)
-        elif quick:
-            raise NotQuick("a context larger than one read")
-        else:
-            damaged = first_damaged_line(files.current, head.current_bytes)
-        if damaged is not None:
-            handle.close()
-            return None
-        return _Opened(head, handle, metadata, prefetched)
-    except BaseException:
-        handle.close()
-        raise
-
-
-def _holds_committed(files: ContextFiles, head: HeadState) -> bool:
-    """Whether the files still hold the committed view of ``head``: neither is shorter, and no
-    marker lies past it in messages.jsonl (its repair rewrites current.jsonl rather than
-    appending to it, so current.jsonl's first bytes may no longer be the committed ones)."""
-    if size_of(files.messages) < head.messages_bytes or size_of(files.current) < head.current_bytes:
-        return False
-    return not any(MARKER in line for _, line in iter_lines(files.messages, head.messages_bytes))
-
-
-def _stage_files(
-    directory: Path,
-    metadata: dict[str, Any],
-    initial: list[dict[str, Any]],
-    counting: TokenCounting,
-    token_counter: str,
-    *,
-    max_message_bytes: int,
-    fsync: bool,
-) -> tuple[HeadState, StatsDelta]:
-    shutil.rmtree(directory, ignore_errors=True)  # a leftover of a crashed create
-    directory.mkdir(parents=True)
-    write_atomic(
-        directory / METADATA,
-        iter([orjson.dumps(metadata, option=orjson.OPT_INDENT_2)]),
-        fsync=fsync,
-    )
-    accumulator = ContextAccumulator(HeadState())
-    record_lines, current_lines = [], []
-    if initial:
-        for record, line in accumulator.prepare(
-            initial,
-            costs=counting.costs(token_counter),  # here: loading one blocks
-            timestamp=utc_timestamp(),
-            max_message_bytes=max_message_bytes,
-        ):
-            record_lines.append(line)
-            current_lines.append(accumulator.admit(record, line))
-    write_group(ContextFiles(directory), record_lines, current_lines, fsync=fsync)
-    if fsync:
-        fsync_dir(directory)
-    return accumulator.head, accumulator.stats
-
-
-def _clear_the_way(layout: Layout, task_uuid: str) -> None:
-    for location in dict.fromkeys(STATUS_DIRS.values()):
-        if layout.location_dir(location, task_uuid).is_dir():
-            target = layout.set_aside(task_uuid, location)
-            log.warning(
-                "task %s: %s/ held a directory without a task row; set aside as %s/%s",
-                task_uuid,
-                location,
-                ORPHANS,
-                target.name,
-                extra={"task_uuid": task_uuid},
-            )
-    shutil.rmtree(layout.location_dir(".trash", task_uuid), ignore_errors=True)
-
-
-def _create_files(directory: Path, *, fsync: bool) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for path in (directory / MESSAGES, directory / CURRENT):
-        path.touch()
-        truncate(path, 0, fsync=fsync)
-    if fsync:  # the new names, up to threads/ in the task's directory
-        for path in (directory, directory.parent, directory.parent.parent):
-            fsync_dir(path)

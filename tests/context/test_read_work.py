@@ -19,7 +19,7 @@ import orjson
 import pytest
 from sqlalchemy import event
 
-from app.context.store import LOOP_PARSE_BYTES
+from app.context.snapshots import LOOP_PARSE_BYTES
 from app.lifespan import open_services
 from app.messages.schemas import MessageIn
 from app.storage.jsonl import CHUNK
