@@ -729,6 +729,9 @@ class CompactionService:
         )
 
     async def _condense_in_time(self, task_uuid: str, fmt: str, thread_id: int) -> Outcome | None:
+        # A deadline that comes while the condense commits lets its file work end first
+        # (finish_in_thread): the marker may then be in the context, which the fit measures
+        # again after any condense.
         try:
             async with asyncio.timeout(self.settings.compaction.request_condense_timeout_s):
                 return await self.condense(task_uuid, fmt=fmt, thread_id=thread_id)

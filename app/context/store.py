@@ -104,6 +104,7 @@ from app.storage.layout import (
     context_dir,
 )
 from app.storage.locks import TaskLocks
+from app.storage.threads import finish_in_thread
 from app.tokens.calibration import CalibrationPolicy
 
 log = logging.getLogger(__name__)
@@ -448,7 +449,7 @@ class ContextStore:
         """A new thread of the locked task: its empty files, then its row and head in one
         transaction (a leftover directory of a start that never committed is emptied)."""
         directory = context_dir(self.task_dir(locked.task), thread.thread_id)
-        await asyncio.to_thread(create_files, directory, fsync=self.fsync)
+        await finish_in_thread(create_files, directory, fsync=self.fsync)
         async with self.db.transaction() as session:
             heads.add_context(session, thread)
 
@@ -489,7 +490,7 @@ class ContextStore:
         """Write a new task's files in ``.staging/``: its metadata.json and its ``initial``
         messages (the task lock held, no row yet). Returns the head and counters they make."""
         staging = self.layout.location_dir(".staging", task.uuid)
-        return await asyncio.to_thread(
+        return await finish_in_thread(
             stage_files,
             staging,
             metadata,
@@ -502,12 +503,12 @@ class ContextStore:
 
     async def place_staged(self, task_uuid: str) -> None:
         """Move a staged task's directory to where a running task's lives."""
-        await asyncio.to_thread(self.layout.move, task_uuid, ".staging", "running")
+        await finish_in_thread(self.layout.move, task_uuid, ".staging", "running")
 
     async def discard_staged(self, task_uuid: str) -> None:
         """Remove a staged directory whose create failed."""
         staging = self.layout.location_dir(".staging", task_uuid)
-        await asyncio.to_thread(shutil.rmtree, staging, ignore_errors=True)
+        await finish_in_thread(shutil.rmtree, staging, ignore_errors=True)
 
     async def clear_the_way(self, task_uuid: str) -> None:
         """Make room for a new task's directory (its row does not exist; the lock is held).
@@ -516,7 +517,7 @@ class ContextStore:
         service knows, perhaps newer than a restored database: set aside intact, never
         overwritten. One in .trash/ is the rest of a delete that committed: removed.
         """
-        await asyncio.to_thread(clear_the_way, self.layout, task_uuid)
+        await finish_in_thread(clear_the_way, self.layout, task_uuid)
 
     async def final_summaries_ready(self, tasks: list[Task]) -> list[bool]:
         """Whether each of these tasks has its final_summary.txt written."""
@@ -623,7 +624,7 @@ class ContextStore:
             locked.thread_id,
             damaged,
         )
-        rebuilt, _ = await asyncio.to_thread(rebuild, files, fsync=self.fsync)
+        rebuilt, _ = await finish_in_thread(rebuild, files, fsync=self.fsync)
         if rebuilt != head:
             recovery = Recovery(rebuilt, changed=True)
             await self._save(locked, recovery, rebuilt, StatsDelta(), [])
@@ -635,7 +636,7 @@ class ContextStore:
         context = str(where)
         files = self.files(locked)
         try:
-            recovery = await asyncio.to_thread(
+            recovery = await finish_in_thread(
                 recover, files, locked.head, fsync=self.fsync, where=where
             )
         except OSError as exc:
@@ -820,7 +821,7 @@ class ContextStore:
         remains becomes the context, the lost seqs are recorded and never issued again.
         Returns the lost seq range, or None if the context was not damaged."""
         async with self.locked(task_uuid, thread_id) as locked:
-            repaired = await asyncio.to_thread(
+            repaired = await finish_in_thread(
                 accept_loss,
                 self.files(locked),
                 locked.head,
@@ -846,7 +847,7 @@ class ContextStore:
     ) -> tuple[HeadState, Marker]:
         """Append a compaction's or rewind's marker (and its summaries.jsonl record) to the
         locked context at ``head``, rebuild current.jsonl and commit the new head."""
-        new_head, record = await asyncio.to_thread(
+        new_head, record = await finish_in_thread(
             commit_marker, self.files(locked), head, marker, summary, fsync=self.fsync
         )
         await self.save_head(locked, new_head, compactions=compactions)
@@ -887,7 +888,7 @@ class ContextStore:
         """:meth:`commit_marker` with current.jsonl prepared (:meth:`prepare_marker`): what the
         lock covers is the records appended since it was prepared, the marker, a rename and the
         head. None, with nothing written, if a marker was appended since."""
-        done = await asyncio.to_thread(
+        done = await finish_in_thread(
             commit_prepared, self.files(locked), prepared, head, marker, summary, fsync=self.fsync
         )
         if done is not None:

@@ -24,6 +24,7 @@ from app.lifecycle import FINISHED
 from app.llm.errors import LLMError
 from app.storage.jsonl import write_atomic
 from app.storage.layout import FINAL_SUMMARY
+from app.storage.threads import finish_in_thread
 from app.summaries.summarizer import Summarizer
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class FinalSummaryService:
         content = header(task.uuid, task.status, completed, task.error_message) + text.strip()
         async with self.store.locked(job.task_uuid) as locked:
             path = self.store.task_dir(locked.task) / FINAL_SUMMARY
-            await asyncio.to_thread(
+            await finish_in_thread(
                 write_atomic, path, iter([content.encode()]), fsync=self.store.fsync
             )
         log.info("task %s: final summary written (%d characters)", task.uuid, len(content))

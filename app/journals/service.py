@@ -9,6 +9,7 @@ from app.context.records import utc_timestamp
 from app.context.store import ContextStore, LockedTask
 from app.errors import TaskNotWritable
 from app.storage.jsonl import append_bytes, dumps_line, last_record, read_page, repair_tail
+from app.storage.threads import finish_in_thread
 
 T = TypeVar("T")
 
@@ -47,7 +48,7 @@ class JournalService:
             if task.status != "running":
                 raise TaskNotWritable(task_uuid, task.status, "take records")
             path = self.store.task_dir(task) / self.file_name
-            record = await asyncio.to_thread(self._append, path, fields)
+            record = await finish_in_thread(self._append, path, fields)
             if then is not None:
                 await then(locked, record)
             return record
@@ -69,7 +70,7 @@ class JournalService:
         async with self.store.locked(task_uuid, thread_id) as locked:
             path = self.store.files(locked).directory / self.file_name
             # Under the lock, cut a torn tail so that `end` is a line boundary.
-            end = await asyncio.to_thread(
+            end = await finish_in_thread(
                 repair_tail, path, fsync=self.store.fsync, context=task_uuid
             )
             if end <= 0:

@@ -16,7 +16,6 @@ CPU would otherwise send small appends to threads where they only cost more; and
 preempted (the machine busy) waits as long for a CPU in a worker thread as on the loop.
 """
 
-import asyncio
 import logging
 import os
 import threading
@@ -25,6 +24,8 @@ import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Literal, TypeVar
+
+from app.storage.threads import finish_in_thread
 
 T = TypeVar("T")
 RanOn = Literal["event_loop", "worker_thread"]
@@ -125,7 +126,7 @@ class FileWork:
         :meth:`on_loop_now`; in a worker thread otherwise."""
         if not (may_block_loop and self.on_loop_now()):
             self._ran("worker_thread")
-            return await asyncio.to_thread(work)
+            return await finish_in_thread(work)
         self._ran("event_loop")
         started, busy_started = self._clock(), self._busy_clock()
         try:

@@ -1,6 +1,5 @@
 """Task lookup, listing, status transitions and deletion (creation: app/tasks/creation.py)."""
 
-import asyncio
 import logging
 import shutil
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from app.errors import ErrorCode, StorageError
 from app.formats import native_format
 from app.jobs.queue import JobQueue
 from app.storage.layout import STATUS_DIRS
+from app.storage.threads import finish_in_thread
 from app.tasks import repository
 from app.tasks.presenters import task_out
 from app.tasks.views import TaskView
@@ -99,11 +99,11 @@ class TaskService:
                     if source_dir != target_dir:
                         # Moved inside the transaction: if the commit fails we move back; if the
                         # process dies first, startup reconciliation moves it back.
-                        await asyncio.to_thread(layout.move, task_uuid, source_dir, target_dir)
+                        await finish_in_thread(layout.move, task_uuid, source_dir, target_dir)
                         moved = True
             except BaseException:
                 if moved:
-                    await asyncio.to_thread(layout.move, task_uuid, target_dir, source_dir)
+                    await finish_in_thread(layout.move, task_uuid, target_dir, source_dir)
                 raise
             self.jobs.notify()
             log.info("task %s: %s -> %s", task_uuid, task.status, target)
@@ -151,15 +151,15 @@ class TaskService:
         async with self.store.locked(task_uuid) as locked:
             source = STATUS_DIRS[locked.task.status]
             self.store.forget(task_uuid)
-            await asyncio.to_thread(layout.move, task_uuid, source, ".trash")
+            await finish_in_thread(layout.move, task_uuid, source, ".trash")
             try:
                 async with self.db.transaction() as session:
                     row = await session.get(Task, task_uuid)
                     await session.delete(row)
             except BaseException:
-                await asyncio.to_thread(layout.move, task_uuid, ".trash", source)
+                await finish_in_thread(layout.move, task_uuid, ".trash", source)
                 raise
-            await asyncio.to_thread(
+            await finish_in_thread(
                 shutil.rmtree, layout.location_dir(".trash", task_uuid), ignore_errors=True
             )
             self.locks.discard(task_uuid)
