@@ -255,21 +255,23 @@ def write_pending(
     connection: Connection, entries: list[tuple[ContextKey, PendingHead]]
 ) -> list[tuple[ContextKey, PendingHead]]:
     """Move contexts' heads from their bases to their pending heads, with the counters and
-    keys of the records between (their task locks held, so no head moves meanwhile): only
-    those whose database head is still the base (otherwise another process adopted those
-    records from the files and counted them itself). The heads are read in one query, and
-    moved with one executemany per table. Returns the entries written. Blocking: in a worker
-    thread, or through :func:`in_session`."""
+    keys of the records between (their task locks held, so no head moves meanwhile). Where
+    another process moved a database head since, it adopted the records of the first steps
+    from the files and counted them itself: only the steps after the head it wrote are
+    written (none if it is no step's, :meth:`PendingHead.over`). The heads are read in one
+    query, and moved with one executemany per table. Returns what was written of each entry.
+    Blocking: in a worker thread, or through :func:`in_session`."""
     if not entries:
         return []
     tasks = {task_uuid for (task_uuid, _), _ in entries}
     rows = connection.execute(_HEAD_BASES, {"tasks": sorted(tasks)})
-    found = {(row[0], row[1]): tuple(row[2:]) for row in rows}
+    found = {(row[0], row[1]): (row[2], row[3], row[4]) for row in rows}
     written = []
     for key, entry in entries:
-        base = entry.base
-        if found.get(key) == (base.last_seq, base.messages_bytes, base.current_bytes):
-            written.append((key, entry))
+        at = found.get(key)
+        left = None if at is None else entry.over(at)
+        if left is not None:
+            written.append((key, left))
         else:
             log.info("task %s thread %d: pending head dropped, the head moved", *key)
     if not written:

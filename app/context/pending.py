@@ -8,8 +8,11 @@ idempotency keys of the records between the database head (``base``) and it, and
 writes them in batches (:class:`app.context.write_behind.WriteBehind`).
 
 Every write of a pending head is a compare-and-set on ``base``: if another process moved the
-head meanwhile, it adopted these records from the files and counted them itself, so what is
-pending here is dropped, never counted twice.
+head meanwhile, it adopted records from the files and counted them itself. It adopted what the
+files held when it took the task's lock: the records of this process's first group commits
+since ``base``, up to one of their heads (``steps``). Those are dropped, never counted twice;
+the steps after that head are still this process's to write. A head none of the steps reaches
+drops them all.
 """
 
 from dataclasses import dataclass, field
@@ -20,13 +23,53 @@ from app.context.records import HeadState, IdempotentResult, StatsDelta
 ContextKey = tuple[str, int]  # (task uuid, thread id)
 
 
+# The most group commits a pending head tells apart; past it the oldest two are merged (a
+# round that keeps failing must not let them grow without end). Another process that adopts
+# a merged one's first half makes the whole merged step its own: dropped here, counted there
+# up to the next access that reads the task's files.
+MAX_STEPS = 64
+
+
+@dataclass(frozen=True)
+class PendingStep:
+    """One group commit's records: the head after them, their statistics and keys."""
+
+    head: HeadState
+    stats: StatsDelta
+    keys: tuple[IdempotentResult, ...] = ()
+
+
 @dataclass
 class PendingHead:
     base: HeadState  # the head as the database holds it
-    head: HeadState  # the head as the files hold it, acknowledged
-    stats: StatsDelta = field(default_factory=StatsDelta)
-    keys: dict[str, IdempotentResult] = field(default_factory=dict)
+    steps: list[PendingStep] = field(default_factory=list)  # the group commits since, in order
+    keys: dict[str, IdempotentResult] = field(default_factory=dict)  # theirs, by key
     updated_at: datetime | None = None
+
+    @property
+    def head(self) -> HeadState:
+        """The head as the files hold it, acknowledged."""
+        return self.steps[-1].head if self.steps else self.base
+
+    @property
+    def stats(self) -> StatsDelta:
+        total = StatsDelta()
+        for step in self.steps:
+            total = total.add(step.stats)
+        return total
+
+    def over(self, committed: tuple[int, int, int]) -> "PendingHead | None":
+        """What is pending over the database's head (its :attr:`HeadState.extent`): all of it
+        when that is the base; the steps after it when another process adopted the first
+        ones; None when it adopted them all, or the database's head is none of theirs."""
+        if committed == self.base.extent:
+            return self
+        for index, step in enumerate(self.steps[:-1]):
+            if step.head.extent == committed:
+                rest = self.steps[index + 1 :]
+                keys = {result.key: result for step in rest for result in step.keys}
+                return PendingHead(step.head, rest, keys, self.updated_at)
+        return None
 
 
 class PendingHeads:
@@ -41,13 +84,18 @@ class PendingHeads:
         return len(self._entries) + len(self.served)
 
     def view(self, key: ContextKey, committed: HeadState) -> PendingHead | None:
-        """The pending head of a context whose database head is ``committed``; None (and the
-        entry dropped) when the database moved without it: another process adopted it."""
+        """The pending head of a context whose database head is ``committed``: what is left
+        of it over that head (:meth:`PendingHead.over`), kept; None (and the entry dropped)
+        when nothing is."""
         entry = self._entries.get(key)
-        if entry is not None and entry.base != committed:
-            del self._entries[key]
+        if entry is None:
             return None
-        return entry
+        left = entry.over(committed.extent)
+        if left is None:
+            del self._entries[key]
+        else:
+            self._entries[key] = left
+        return left
 
     def add(
         self,
@@ -60,9 +108,14 @@ class PendingHeads:
     ) -> None:
         """Records written after ``base`` (the pending head, or the database's if none) up to
         ``head``."""
-        entry = self._entries.setdefault(key, PendingHead(base=base, head=base))
-        entry.head = head
-        entry.stats = entry.stats.add(stats)
+        entry = self._entries.setdefault(key, PendingHead(base=base))
+        entry.steps.append(PendingStep(head, stats, tuple(keys)))
+        if len(entry.steps) > MAX_STEPS:
+            first, second = entry.steps[:2]
+            merged = PendingStep(
+                second.head, first.stats.add(second.stats), first.keys + second.keys
+            )
+            entry.steps[:2] = [merged]
         entry.keys.update((k.key, k) for k in keys)
         entry.updated_at = now
 

@@ -86,6 +86,12 @@ class HeadState:
     open_tool_calls: list[list[str]] = field(default_factory=list)
     format_tokens: dict[str, int] = field(default_factory=dict)  # as the other formats do
 
+    @property
+    def extent(self) -> tuple[int, int, int]:
+        """How far the head reaches into its context's append-only files (its other figures
+        follow from what they hold up to there)."""
+        return self.last_seq, self.messages_bytes, self.current_bytes
+
     def tokens(self, fmt: str) -> int:
         """The context's tokens as ``fmt`` ("openai", "anthropic", "ollama") renders it."""
         return in_format(self.context_tokens, self.format_tokens, fmt)

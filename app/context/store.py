@@ -375,7 +375,8 @@ class ContextStore:
                 self._ensure_directory(task, quick=quick)
                 if not opening or committed is None:
                     return row, None
-                head = pending.head if pending and pending.base == committed else committed
+                left = None if pending is None else pending.over(committed.extent)
+                head = committed if left is None else left.head
                 directory = self.task_dir(task)
                 files = ContextFiles(context_dir(directory, thread_id))
                 context = (task_uuid, thread_id)

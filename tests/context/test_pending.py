@@ -16,7 +16,7 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
 from app.config import Settings
-from app.context.pending import PendingHeads
+from app.context.pending import MAX_STEPS, PendingHeads
 from app.context.records import HeadState, IdempotentResult, StatsDelta
 from app.lifespan import Services, open_services
 from app.messages.schemas import MessageIn
@@ -48,6 +48,44 @@ def test_appends_accumulate_from_one_base() -> None:
     assert entry.head == head(6)
     assert (entry.stats.messages, entry.stats.tool_calls) == (3, 1)
     assert entry.keys == {"k1": first}
+
+
+def test_the_steps_another_process_adopted_are_dropped_and_the_later_ones_kept() -> None:
+    """It adopted what the files held when it took the lock: the first group commits' records.
+    The later ones are still this process's to count."""
+    pending = PendingHeads()
+    key = ("t1", 0)
+    first, third = (IdempotentResult(k, "hash", {"seqs": []}) for k in ("k1", "k3"))
+    pending.add(key, BASE, head(4), StatsDelta(messages=1), [first], NOW)
+    pending.add(key, head(4), head(6), StatsDelta(messages=2, tool_calls=1), [], NOW)
+    pending.add(key, head(6), head(7), StatsDelta(messages=1, llm_calls=1), [third], NOW)
+
+    left = pending.view(key, head(4))
+    assert left is not None
+    assert (left.base, left.head) == (head(4), head(7))
+    assert (left.stats.messages, left.stats.tool_calls, left.stats.llm_calls) == (3, 1, 1)
+    assert left.keys == {"k3": third}
+    assert pending.get(key) == left  # kept so
+
+    assert pending.view(key, head(7)) is None  # it adopted them all
+    assert len(pending) == 0
+
+
+def test_steps_past_the_most_kept_apart_merge_the_oldest() -> None:
+    """A round that keeps failing must not let them grow without end: the newest heads are
+    still told apart, and nothing is lost from the totals."""
+    pending = PendingHeads()
+    key = ("t1", 0)
+    last = BASE.last_seq + MAX_STEPS + 10
+    for seq in range(BASE.last_seq + 1, last + 1):
+        pending.add(key, head(seq - 1), head(seq), StatsDelta(messages=1), [], NOW)
+    entry = pending.get(key)
+    assert entry is not None
+    assert len(entry.steps) == MAX_STEPS
+    assert entry.stats.messages == MAX_STEPS + 10
+    left = pending.view(key, head(last - 2))
+    assert left is not None
+    assert (left.head, left.stats.messages) == (head(last), 2)
 
 
 def test_a_database_head_moved_by_another_process_drops_the_pending_one() -> None:

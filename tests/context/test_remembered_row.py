@@ -51,6 +51,30 @@ async def test_two_apps_appending_in_turn_give_every_seq_once(
         assert [r["content"] for r in on_disk[1:]] == [f"message {i}" for i in range(12)]
 
 
+async def test_an_append_after_the_other_app_adopted_the_earlier_ones_is_counted(
+    context_dir: Path,
+) -> None:
+    """The first app's append is pending (its head not yet in the database) when the second
+    reads the task: the second adopts it from the files and counts it. The first app's next
+    append goes from its copy of the row, over the same pending head: the database then holds
+    the second's head, which the pending one only reaches half-way. Every message is counted
+    once, in the counters every listing reads."""
+    # Written behind only when a read asks: the second app reads the first's append as files.
+    flushed_late = Settings(
+        context_dir=context_dir,
+        storage={"inline_file_work_ms": 100, "head_flush_ms": 10_000},
+    )
+    async with running_app(flushed_late) as first, running_app(flushed_late) as second:
+        uuid = await new_task(first)
+        await post_messages(first, uuid, {"role": "user", "content": "m1"})
+        adopted = (await second.get(f"/tasks/{uuid}")).json()
+        assert adopted["statistics"]["total_messages"] == 2
+        await post_messages(first, uuid, {"role": "user", "content": "m2"})
+        for client in (first, second):  # a listing flushes what is pending, then reads rows
+            (listed,) = (await client.get("/tasks")).json()["tasks"]
+            assert listed["statistics"]["total_messages"] == 3
+
+
 async def test_an_append_after_the_other_app_stopped_the_task_is_refused(
     settings: Settings, context_dir: Path
 ) -> None:
