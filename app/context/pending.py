@@ -24,9 +24,10 @@ ContextKey = tuple[str, int]  # (task uuid, thread id)
 
 
 # The most group commits a pending head tells apart; past it the oldest two are merged (a
-# round that keeps failing must not let them grow without end). Another process that adopts
-# a merged one's first half makes the whole merged step its own: dropped here, counted there
-# up to the next access that reads the task's files.
+# round that keeps failing must not let them grow without end). Should another process adopt
+# the records up to the head that merging took out, no step ends there: all are dropped, as
+# when the database's head is none of theirs, and the records past it are counted by the next
+# access that reads the task's files.
 MAX_STEPS = 64
 
 
@@ -96,6 +97,12 @@ class PendingHeads:
         else:
             self._entries[key] = left
         return left
+
+    def over(self, key: ContextKey, committed: HeadState) -> PendingHead | None:
+        """:meth:`view`, changing nothing: for a database head read without the task's lock,
+        which may be older than what is pending here."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry.over(committed.extent)
 
     def add(
         self,

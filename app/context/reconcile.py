@@ -20,6 +20,7 @@ from app.db.engine import Database
 from app.db.models import Task
 from app.storage.layout import LOCATIONS, ORPHANS, STATUS_DIRS, Layout, canonical_uuid
 from app.storage.locks import TaskLocks
+from app.storage.threads import finish_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ async def _reconcile_task(layout: Layout, db: Database, task_uuid: str) -> int:
     locations = await asyncio.to_thread(layout.find, task_uuid)
     if not locations or locations == [expected]:
         return 0
-    return await asyncio.to_thread(_fix, layout, task_uuid, locations, expected)
+    return await finish_in_thread(_fix, layout, task_uuid, locations, expected)
 
 
 def _fix(layout: Layout, task_uuid: str, locations: list[str], expected: str | None) -> int:

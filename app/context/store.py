@@ -426,25 +426,30 @@ class ContextStore:
             row = await session.get(ContextHead, (locked.task.uuid, thread_id))
         if row is None:
             raise ThreadNotFound(locked.task.uuid, thread_id)
-        head = self._head_of(locked.task.uuid, thread_id, row)
+        head = self._over_committed(locked.task.uuid, thread_id, heads.head_state(row))
         other = LockedTask(locked.task, head, thread_id, locked.threads)
         return dataclasses.replace(other, head=await self.recovered_head(other, reading=True))
 
-    def _head_of(self, task_uuid: str, thread_id: int, row: ContextHead) -> HeadState:
-        """A context's head: this process's pending one if the database's is its base."""
-        return self._over_committed(task_uuid, thread_id, heads.head_state(row))
-
     def _over_committed(self, task_uuid: str, thread_id: int, committed: HeadState) -> HeadState:
-        """:meth:`_head_of` a head as the database holds it."""
+        """A context's head from the database's (read under the task's lock): with what this
+        process has pending over it, which :meth:`PendingHeads.view` keeps or drops."""
         pending = self.write_behind.pending.view((task_uuid, thread_id), committed)
         return committed if pending is None else pending.head
 
     async def heads(self, task_uuid: str) -> dict[int, HeadState]:
-        """The heads of a task's contexts by thread id (the pending ones of this process where
-        the database's are their base), read without the task lock."""
+        """The heads of a task's contexts by thread id (with what this process has pending
+        over the database's), read without the task lock."""
         async with self.db.statements() as session:
             rows = await heads.load_heads(session, task_uuid)
-        return {row.thread_id: self._head_of(task_uuid, row.thread_id, row) for row in rows}
+        pending = self.write_behind.pending
+        found = {}
+        for row in rows:
+            committed = heads.head_state(row)
+            # Read without the lock: this process may have written a newer head since, and
+            # appended over it. What is pending is looked at, not dropped.
+            left = pending.over((task_uuid, row.thread_id), committed)
+            found[row.thread_id] = committed if left is None else left.head
+        return found
 
     async def create_context(self, locked: LockedTask, thread: Thread) -> None:
         """A new thread of the locked task: its empty files, then its row and head in one

@@ -71,6 +71,19 @@ def test_the_steps_another_process_adopted_are_dropped_and_the_later_ones_kept()
     assert len(pending) == 0
 
 
+def test_a_database_head_read_without_the_lock_changes_nothing_pending() -> None:
+    """Read before this process wrote its newer head (and appended over it): older than
+    anything pending, it is looked at and nothing is dropped."""
+    pending = PendingHeads()
+    key = ("t1", 0)
+    pending.add(key, head(5), head(6), StatsDelta(messages=1), [], NOW)
+    assert pending.over(key, BASE) is None
+    left = pending.over(key, head(5))
+    assert left is not None
+    assert left.head == head(6)
+    assert len(pending) == 1
+
+
 def test_steps_past_the_most_kept_apart_merge_the_oldest() -> None:
     """A round that keeps failing must not let them grow without end: the newest heads are
     still told apart, and nothing is lost from the totals."""

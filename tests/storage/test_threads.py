@@ -100,3 +100,27 @@ async def test_an_appends_file_work_in_a_thread_keeps_the_task_lock_until_it_end
     await asyncio.wait_for(waiting, WAIT_S)
     assert work.events == ["work ended", "second holder in"]
     await locks.close()
+
+
+def test_a_shutdown_lets_the_lock_go_only_once_the_work_ended() -> None:
+    """``asyncio.run`` ending cancels every task left, and waits for them: the holder's
+    cancellation waits for its thread's work as any other does."""
+    work = BlockedWork()
+
+    def finish_later() -> None:
+        assert work.started.wait(WAIT_S)
+        threading.Timer(0.2, work.release.set).start()
+
+    async def holder(lock: asyncio.Lock) -> None:
+        try:
+            async with lock:
+                await finish_in_thread(work)
+        finally:
+            work.events.append("lock let go")
+
+    async def serve_then_stop() -> None:
+        asyncio.create_task(holder(asyncio.Lock()))  # noqa: RUF006 (left to the shutdown)
+        await asyncio.to_thread(finish_later)
+
+    asyncio.run(serve_then_stop())
+    assert work.events == ["work ended", "lock let go"]
