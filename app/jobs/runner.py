@@ -24,6 +24,8 @@ Handler = Callable[[Job], Awaitable[dict[str, Any]]]
 
 # How long shutdown waits for cancelled jobs to unwind.
 STOP_GRACE_S = 10.0
+# How many times a run's end is written before it is left to its lease (a beat of it apart).
+RECORD_ATTEMPTS = 3
 
 
 class JobRunner:
@@ -99,23 +101,42 @@ class JobRunner:
         TASK_UUID.set(job.task_uuid)
         heartbeat = asyncio.create_task(self._heartbeat(job))
         try:
+            await self._run_and_record(job)
+        except Exception:
+            # The run ended but the database did not take how (locked, gone, full): the job
+            # stays this run's until its lease runs out, then runs again. That is never taken
+            # for the handler's own failure: a job that did its work is not marked failed, nor
+            # queued again at once.
+            log.exception(
+                "job %d (%s, task %s): how its run ended could not be recorded; it runs again "
+                "once its lease runs out",
+                job.id,
+                job.kind,
+                job.task_uuid,
+            )
+        finally:
+            heartbeat.cancel()
+            self._slots.release()
+            self._wake.set()
+
+    async def _run_and_record(self, job: Job) -> None:
+        """Run the job's handler and record how it ended (the recording's own failure is the
+        caller's to handle)."""
+        try:
             result = await self.handlers[job.kind](job)
-            status = "skipped" if result.get("skipped") else "succeeded"
-            await self.queue.finish(job, status, result=result)
-            log.info("job %d (%s, task %s): %s", job.id, job.kind, job.task_uuid, status)
         except (Conflict, NotFound) as exc:  # the task moved on (finished, deleted)
-            await self.queue.finish(job, "skipped", result={"skipped": exc.code}, error=str(exc))
+            await self._finish(job, "skipped", result={"skipped": exc.code}, error=str(exc))
         except JobDeferred as exc:
             retry_at = datetime.now(UTC) + timedelta(seconds=self.backoff_s)
             error = f"{type(exc).__name__}: {exc}"
-            await self.queue.finish(job, "queued", error=error, retry_at=retry_at, counted=False)
+            await self._finish(job, "queued", error=error, retry_at=retry_at, counted=False)
             log.info("job %d (task %s) deferred: %s", job.id, job.task_uuid, exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             if job.attempts < job.max_attempts:
                 delay = self.backoff_s * 2 ** (job.attempts - 1)
                 retry_at = datetime.now(UTC) + timedelta(seconds=delay)
-                await self.queue.finish(job, "queued", error=error, retry_at=retry_at)
+                await self._finish(job, "queued", error=error, retry_at=retry_at)
                 log.warning(
                     "job %d (task %s) failed, retry in %.1fs: %s",
                     job.id,
@@ -124,17 +145,38 @@ class JobRunner:
                     error,
                 )
             else:
-                await self.queue.finish(job, "failed", error=error)
+                await self._finish(job, "failed", error=error)
                 log.error("job %d (task %s) failed for good: %s", job.id, job.task_uuid, error)
-        finally:
-            heartbeat.cancel()
-            self._slots.release()
-            self._wake.set()
+        else:
+            status = "skipped" if result.get("skipped") else "succeeded"
+            await self._finish(job, status, result=result)
+            log.info("job %d (%s, task %s): %s", job.id, job.kind, job.task_uuid, status)
+
+    async def _finish(self, job: Job, status: str, **how: Any) -> None:
+        """:meth:`JobQueue.finish`, tried again while the database fails it (a write lock held
+        past its wait, a connection lost): the heartbeat keeps the lease meanwhile."""
+        for attempt in range(1, RECORD_ATTEMPTS + 1):
+            try:
+                await self.queue.finish(job, status, **how)
+                return
+            except Exception:
+                if attempt == RECORD_ATTEMPTS:
+                    raise
+                log.warning("job %d: how its run ended could not be recorded; trying again", job.id)
+                await asyncio.sleep(self.queue.lease_s / 3)
 
     async def _heartbeat(self, job: Job) -> None:
+        # Three beats to a lease: a renewal the database failed (locked, a connection lost)
+        # is tried again at the next one, before the lease runs out and another run may take
+        # the job while this one still works.
         while True:
             await asyncio.sleep(self.queue.lease_s / 3)
             if self._stopping:
                 return  # a job left behind by stop(): its lease runs out
-            if not await self.queue.renew(job):
+            try:
+                still_ours = await self.queue.renew(job)
+            except Exception:
+                log.warning("job %d: its lease could not be renewed; trying again", job.id)
+                continue
+            if not still_ours:
                 return  # taken over: finish() will not record this run either
