@@ -41,6 +41,7 @@ from app.llm.errors import LLMError
 from app.observability.metrics import Metrics, compaction_ms, timed_compaction
 from app.planning.items import latest_items
 from app.storage.layout import PLANNING
+from app.storage.locks import NamedLocks
 from app.summaries.limited import SummaryLimit
 from app.summaries.processes import SummaryProcessLost
 from app.summaries.summarizer import Summarizer
@@ -121,19 +122,13 @@ class CompactionService:
         self.budgets = budgets
         self.summarizer = summarizer
         self.settings = settings
-        self._busy: dict[tuple[str, int], asyncio.Lock] = {}
+        self._busy = NamedLocks()
 
     @asynccontextmanager
     async def _one_at_a_time(self, task_uuid: str, thread_id: int) -> AsyncIterator[None]:
         """At most one compaction per context in this process (the commit re-checks anyway)."""
-        context = (task_uuid, thread_id)
-        lock = self._busy.setdefault(context, asyncio.Lock())
-        try:
-            async with lock:
-                yield
-        finally:
-            if not lock.locked() and self._busy.get(context) is lock:
-                del self._busy[context]
+        async with self._busy((task_uuid, thread_id)):
+            yield
 
     # -- what the context looks like ------------------------------------------------------
 

@@ -12,9 +12,8 @@ import asyncio
 import hashlib
 import logging
 import uuid as uuid_module
-import weakref
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import httpx
@@ -54,6 +53,7 @@ from app.proxy.resolution import (
 from app.proxy.streams import AnthropicStream, EventSplitter, OpenAIStream
 from app.proxy.wires import WIRES, Conversation, Wire, WireName
 from app.storage.jsonl import iter_lines
+from app.storage.locks import NamedLocks
 from app.task_key import TaskKey
 from app.tasks.creation import TaskCreation
 from app.tasks.repository import running_siblings, task_exists
@@ -84,22 +84,6 @@ class ProxyAnswer:
     media_type: str = "application/json"
 
 
-@dataclass
-class _Locks:
-    """One asyncio lock per name while someone holds or waits for it."""
-
-    held: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
-        default_factory=weakref.WeakValueDictionary
-    )
-
-    def __call__(self, name: str) -> asyncio.Lock:
-        lock = self.held.get(name)
-        if lock is None:
-            lock = asyncio.Lock()
-            self.held[name] = lock
-        return lock
-
-
 class ProxyService:
     def __init__(
         self,
@@ -118,7 +102,7 @@ class ProxyService:
         self.payloads = payloads
         self.backends = dict(backends)
         self.default_context_length = default_context_length
-        self._locks = _Locks()
+        self._locks = NamedLocks()
 
     def models(self) -> list[tuple[str, str]]:
         """(model, backend name) of each wire's backend, each model once."""

@@ -13,7 +13,8 @@ import fcntl
 import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from pathlib import Path
 from typing import Protocol
@@ -30,6 +31,23 @@ _MAX_BACKOFF_S = 0.005
 _NOT_WRITABLE = {errno.EACCES, errno.EROFS}
 _UNLOCK = "SELECT pg_advisory_unlock(:key)"
 _GLOBAL = "\x00global"  # the name of the lock around migration and startup reconciliation
+
+
+class NamedLocks:
+    """One asyncio lock per name, in this process, while a coroutine holds or waits for it:
+    the lock lives as long as one refers to it (a waiter does), so a name never gets a second
+    lock while its first is held or waited for."""
+
+    def __init__(self) -> None:
+        self._held: weakref.WeakValueDictionary[Hashable, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def __call__(self, name: Hashable) -> asyncio.Lock:
+        lock = self._held.get(name)
+        if lock is None:
+            lock = self._held[name] = asyncio.Lock()
+        return lock
 
 
 class _Entry:
