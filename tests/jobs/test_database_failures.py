@@ -5,30 +5,19 @@ again, never taken for the job's own failure (a job that did its work is not mar
 nor run twice)."""
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
-from app.db.engine import Database, open_database
+from app.db.engine import Database
 from app.db.models import Job
 from app.jobs.queue import JobQueue
 from app.jobs.runner import JobRunner
 
 LEASE_S = 0.6  # renewed every third of it while a job runs
-
-
-@pytest.fixture
-async def db(task_and_db: tuple[str, str]) -> AsyncIterator[tuple[Database, str]]:
-    task_uuid, url = task_and_db
-    database = open_database(url)
-    try:
-        yield database, task_uuid
-    finally:
-        await database.dispose()
 
 
 @contextmanager
@@ -51,9 +40,9 @@ def database_fails_once(db: Database, statement: str) -> Iterator[list[str]]:
 
 
 async def test_a_renewal_the_database_failed_is_tried_again_and_the_job_stays_this_runs(
-    db: tuple[Database, str],
+    task_database: tuple[Database, str],
 ) -> None:
-    database, task_uuid = db
+    database, task_uuid = task_database
     queue = JobQueue(database, max_attempts=3, lease_s=LEASE_S)
     release, runs = asyncio.Event(), []
 
@@ -78,11 +67,11 @@ async def test_a_renewal_the_database_failed_is_tried_again_and_the_job_stays_th
 
 
 async def test_a_run_whose_end_the_database_failed_to_record_is_recorded_again(
-    db: tuple[Database, str],
+    task_database: tuple[Database, str],
 ) -> None:
     """Its one attempt did the work: it is recorded as succeeded, not failed, and the work is
     done once."""
-    database, task_uuid = db
+    database, task_uuid = task_database
     queue = JobQueue(database, max_attempts=1, lease_s=LEASE_S)
     done = asyncio.Event()
     runs = []

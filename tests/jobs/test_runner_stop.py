@@ -3,11 +3,11 @@ left behind (its lease brings it back) rather than holding up the shutdown."""
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from app.db.engine import open_database
+from app.db.engine import Database
 from app.db.models import Job
 from app.jobs.queue import JobQueue
 from app.jobs.runner import Handler, JobRunner
@@ -16,13 +16,9 @@ LEASE_S = 0.5  # renewed every third of it while a job runs
 
 
 @pytest.fixture
-async def queue(task_and_db: tuple[str, str]) -> AsyncIterator[tuple[JobQueue, str]]:
-    task_uuid, url = task_and_db
-    db = open_database(url)
-    try:
-        yield JobQueue(db, max_attempts=3, lease_s=LEASE_S), task_uuid
-    finally:
-        await db.dispose()
+def queue(task_database: tuple[Database, str]) -> tuple[JobQueue, str]:
+    database, task_uuid = task_database
+    return JobQueue(database, max_attempts=3, lease_s=LEASE_S), task_uuid
 
 
 def long_job(started: asyncio.Event, when_cancelled: Callable[[], Awaitable[object]]) -> Handler:
