@@ -4,17 +4,19 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.engine import Database
 from app.db.models import Job
 from app.errors import ErrorCode, NotFound, TaskNotFound
+from app.storage.locks import advisory_key
 
 log = logging.getLogger(__name__)
 
 ACTIVE = ("queued", "running")
+_XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 
 
 class JobDeferred(Exception):
@@ -73,6 +75,12 @@ class JobQueue:
             return existing
         try:
             async with self.db.transaction() as session:
+                if self.db.engine.dialect.name == "postgresql":
+                    # Two processes must not both find none and both insert: on SQLite the
+                    # transaction's write lock orders them; here a lock for the context's
+                    # kind of job does, until the commit.
+                    key = advisory_key(f"job\x00{task_uuid}\x00{thread_id}\x00{kind}")
+                    await session.execute(_XACT_LOCK, {"key": key})
                 existing = await session.scalar(_active_job(task_uuid, kind, thread_id))
                 if existing is not None:
                     return existing
