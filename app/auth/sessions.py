@@ -39,7 +39,9 @@ def verify(keys: Mapping[str, ApiKeyConfig], session: str, now: float) -> Princi
     """The principal a session was issued to, if it is well signed, unexpired, and its key is
     still an admin key for every tenant."""
     parts = session.rsplit(".", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
+    # A time in seconds, in ASCII digits: a longer run than any such time is refused before
+    # int() (which gives up past 4,300 digits, a 500 for a forged cookie).
+    if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()) or len(parts[1]) > 20:
         return None
     name, expiry_text, signature = parts
     config = keys.get(name)

@@ -83,8 +83,8 @@ def task_ref(headers: Mapping[str, str], user_field: Any, in_path: str | None = 
         return TaskRef(uuid=_uuid(named, TASK_HEADER), key=key, user=user)
     if key is not None:
         return TaskRef(uuid=None, key=key, user=user)
-    if isinstance(user_field, str) and _is_uuid(user_field):
-        return TaskRef(uuid=str(uuid_module.UUID(user_field)), key=None, user=user)
+    if isinstance(user_field, str) and (named_in_body := _canonical_uuid(user_field)):
+        return TaskRef(uuid=named_in_body, key=None, user=user)
     raise BadRequest(
         "this request names no task: use the base URL .../tasks/<task uuid>/v1, or send the "
         "header X-Context-Task: <task uuid>, or the task "
@@ -119,21 +119,23 @@ def _key(headers: Mapping[str, str]) -> TaskKey | None:
 
 
 def _uuid(value: str, header: str) -> str:
-    if not _is_uuid(value):
+    canonical = _canonical_uuid(value)
+    if canonical is None:
         raise InvalidInput(
             f"{header.title()} must be a task uuid, not {value[:64]!r}",
             code=ErrorCode.VALIDATION_ERROR,
             details={"header": header.title()},
         )
-    return str(uuid_module.UUID(value))
+    return canonical
 
 
-def _is_uuid(value: str) -> bool:
+def _canonical_uuid(value: str) -> str | None:
+    """The uuid ``value`` spells (spaces around it aside), in its canonical form; None if it
+    spells none."""
     try:
-        uuid_module.UUID(value.strip())
+        return str(uuid_module.UUID(value.strip()))
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def default_key(task_uuid: str) -> TaskKey:

@@ -46,5 +46,16 @@ def test_only_admin_keys_for_every_tenant_log_in() -> None:
 
 
 def test_malformed_sessions_are_refused() -> None:
-    for session in ("", "admin-1", "admin-1.x.y", "admin-1..", "..", "a.b.c.d"):
+    # Past any time's digits (int() gives up past 4,300: a 500 once), and digits int() refuses.
+    overlong, superscript = "admin-1." + "9" * 4301 + ".y", "admin-1.\u00b3.y"
+    for session in (
+        "",
+        "admin-1",
+        "admin-1.x.y",
+        "admin-1..",
+        "..",
+        "a.b.c.d",
+        overlong,
+        superscript,
+    ):
         assert sessions.verify(KEYS, session, now=0) is None

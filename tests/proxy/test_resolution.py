@@ -35,8 +35,9 @@ def test_the_uuid_in_the_url_comes_first() -> None:
         ({**KEY_HEADERS, "x-context-user": "ada"}, UUID, TaskRef(None, KEY, "ada")),
         ({}, UUID, TaskRef(UUID, None, None)),
         ({"x-context-user": "ada"}, UUID, TaskRef(UUID, None, "ada")),
+        ({}, f"  {UUID.upper()} ", TaskRef(UUID, None, None)),
     ],
-    ids=["uuid", "uuid-and-key", "key-before-body", "body-user", "body-user-and-user"],
+    ids=["uuid", "uuid-and-key", "key-before-body", "body-user", "body-user-and-user", "spaced"],
 )
 def test_the_task_a_request_names(
     headers: dict[str, str], user_field: Any, expected: TaskRef

@@ -249,3 +249,37 @@ async def test_the_answers_usage_calibrates_the_task(
     task = (await client.get(f"/tasks/{TASK}")).json()
     assert task["context"]["calibration"] > 1.2
     assert task["statistics"]["llm_call_count"] == 2
+
+
+async def test_another_tenants_task_answers_as_a_uuid_taken_by_any_task(
+    context_dir: Path, fake_llm: FakeLLM
+) -> None:
+    """Named by a key scoped to another user, bob's task is not found as his: the request
+    goes where one naming a free uuid would, to a create. Out of the key's scope that is the
+    403 any such create gets; in it, the 409 of a uuid taken by any task. Nothing tells the
+    task is there, and nothing is written or sent upstream."""
+    keys = {
+        "alice": {"key": "alice-9Kd4rW2mQ7xP1vB6", "users": ["alice"]},
+        "bob": {"key": "bob-4Tq8cN2xL6vR0mJ3", "users": ["bob"]},
+    }
+    settings = proxied(context_dir, fake_llm.base_url).model_copy(
+        update={"auth": fast_settings(context_dir, auth={"api_keys": keys}).auth}
+    )
+    alice = {"Authorization": f"Bearer {keys['alice']['key']}"}
+    bob = {"Authorization": f"Bearer {keys['bob']['key']}"}
+    free = "5e0c1d2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f"
+    async with running_app(settings) as client:
+        made = await client.post(
+            "/v1/chat/completions", json=CHAT, headers={**HEADERS, **bob, "X-Context-User": "bob"}
+        )
+        assert made.status_code == 200, made.text
+        sent, before = len(fake_llm.requests), snapshot_dir(context_dir)
+        for user, status, code in (("bob", 403, "out_of_scope"), ("alice", 409, "task_exists")):
+            for task in (TASK, free) if status == 403 else (TASK,):
+                answer = await client.post(
+                    "/v1/chat/completions",
+                    json=CHAT,
+                    headers={**HEADERS, "X-Context-Task": task, **alice, "X-Context-User": user},
+                )
+                assert_error(answer, status, code)
+        assert (len(fake_llm.requests), snapshot_dir(context_dir)) == (sent, before)
